@@ -1,0 +1,96 @@
+"""Shared plumbing for dyncc's long-running commands (edge and central).
+
+- ConfigError: bad configuration; the CLI prints its message on one line and exits 2.
+- parse_duration: "10s", "5m", "250ms", "1h" -> seconds.
+- setup_logging: one format for every command.
+- start_metrics: Prometheus HTTP endpoint on a port (0 = off).
+- StopFlag: set by SIGTERM/SIGINT so loops can finish their cycle and flush.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import signal
+import threading
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import CollectorRegistry, start_http_server
+
+
+class ConfigError(Exception):
+    """Bad configuration or arguments: reported as one line, exit code 2."""
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(text: str | float | int, what: str = "duration") -> float:
+    """'10s' -> 10.0, '5m' -> 300.0, '250ms' -> 0.25; bare numbers are seconds."""
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        match = _DURATION.match(text)
+        if not match:
+            raise ConfigError(f"bad {what} {text!r}: use e.g. 250ms, 10s, 5m, 1h")
+        seconds = float(match.group(1)) * _UNITS[match.group(2)]
+    if seconds < 0:
+        raise ConfigError(f"bad {what} {text!r}: must not be negative")
+    return seconds
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def start_metrics(port: int, registry: CollectorRegistry, addr: str = "0.0.0.0") -> None:
+    """Serve `registry` on http://addr:port/metrics; port 0 disables the endpoint."""
+    if port < 0 or port > 65535:
+        raise ConfigError(f"bad metrics port {port}")
+    if port == 0:
+        return
+    try:
+        start_http_server(port, addr=addr, registry=registry)
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on {addr}:{port}: {exc.strerror or exc}") from exc
+
+
+class StopFlag:
+    """A threading.Event set by SIGTERM/SIGINT (when installed in the main thread)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signal_name = ""
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    def set(self, reason: str = "stop") -> None:
+        self.signal_name = reason
+        self.event.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self.event.wait(timeout)
+
+    def _handler(self, signum: int, frame: types.FrameType | None) -> None:
+        self.set(signal.Signals(signum).name)
+
+    @contextmanager
+    def installed(self) -> Iterator[StopFlag]:
+        """Install SIGTERM/SIGINT handlers for the duration of the block (main thread only)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        old_term = signal.signal(signal.SIGTERM, self._handler)
+        old_int = signal.signal(signal.SIGINT, self._handler)
+        try:
+            yield self
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+            signal.signal(signal.SIGINT, old_int)

@@ -1,0 +1,1 @@
+"""dyncc central side: ingest, scoring, config generation, rollout, reports."""

@@ -1,0 +1,70 @@
+"""The `dyncc` command: one entry point, subcommands loaded lazily.
+
+Each subcommand lives in its own module exposing
+    configure(parser: argparse.ArgumentParser) -> None
+    run(args: argparse.Namespace) -> int
+and is imported only when used, so `dyncc collect` never loads chDB or pandas.
+ConfigError and StoreError end the command with a one-line reason and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from collector.daemon import ConfigError
+
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "collect": ("collector.collect_cli", "dump TCP sockets over netlink and export TcpInfoBatch batches"),
+    "agent": ("collector.agent_cli", "apply signed per-prefix congestion configs as routes (edge)"),
+    "ingest": ("controller.ingest_cli", "load batches from Kafka (or files) into ClickHouse/chDB"),
+    "control": ("controller.control_cli", "score prefixes, publish configs, rollouts, kill switch"),
+    "report": ("controller.report_cli", "write a self-contained HTML report"),
+    "demo": ("controller.demo_cli", "run the whole loop on the embedded store (chDB), no servers"),
+    "lab": ("controller.lab_cli", "build a namespace lab with shaped clients and run the loop"),
+    "schema": ("controller.schema_cli", "apply the ClickHouse schema migrations"),
+}
+
+
+def _top_parser() -> argparse.ArgumentParser:
+    lines = "\n".join(f"  {name:<9} {desc}" for name, (_, desc) in SUBCOMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog="dyncc",
+        description="Dynamic per-prefix congestion control (BBR vs CUBIC) for CDN edges.",
+        epilog=f"subcommands:\n{lines}\n\nRun 'dyncc SUBCOMMAND --help' for its options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("subcommand", choices=sorted(SUBCOMMANDS), metavar="SUBCOMMAND")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    top = _top_parser()
+    if not args or args[0] in ("-h", "--help"):
+        top.print_help()
+        return 0 if args else 2
+    name = args[0]
+    if name not in SUBCOMMANDS:
+        top.error(f"unknown subcommand {name!r}")
+    module_name, desc = SUBCOMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"dyncc {name}", description=desc)
+    module.configure(parser)
+    parsed = parser.parse_args(args[1:])
+    from controller.store import StoreError
+
+    try:
+        return int(module.run(parsed) or 0)
+    except (ConfigError, StoreError) as exc:
+        print(f"dyncc {name}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dyncc {name}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+-- Finalized 5-minute rollup rows for one POP (or all, pop = '') over a time range.
+-- Parameters: %(pop)s, %(start)s, %(end)s (DateTime literals).
+SELECT
+    bucket,
+    pop,
+    prefix,
+    family,
+    countMerge(samples) AS samples,
+    countIfMerge(qualifying) AS qualifying,
+    quantilesMerge(0.05, 0.1, 0.5)(delivery_rate_q) AS delivery_rate_q,
+    quantilesIfMerge(0.05, 0.1, 0.5)(delivery_rate_qual_q) AS delivery_rate_qual_q,
+    quantilesIfMerge(0.1, 0.5)(min_rtt_qual_q) AS min_rtt_qual_q,
+    quantilesMerge(0.5, 0.9)(retrans_ratio_q) AS retrans_ratio_q,
+    sumMerge(bytes_acked_sum) AS bytes_acked,
+    sumMerge(bytes_sent_sum) AS bytes_sent,
+    sumMerge(bytes_retrans_sum) AS bytes_retrans
+FROM tcpinfo_5m
+WHERE (%(pop)s = '' OR pop = %(pop)s)
+  AND bucket >= %(start)s AND bucket < %(end)s
+GROUP BY bucket, pop, prefix, family
+ORDER BY pop, prefix, family, bucket

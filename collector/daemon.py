@@ -16,8 +16,10 @@ import threading
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, start_http_server
+if TYPE_CHECKING:  # imported lazily: edge commands should start fast
+    from prometheus_client import CollectorRegistry
 
 
 class ConfigError(Exception):
@@ -55,6 +57,8 @@ def start_metrics(port: int, registry: CollectorRegistry, addr: str = "0.0.0.0")
         raise ConfigError(f"bad metrics port {port}")
     if port == 0:
         return
+    from prometheus_client import start_http_server
+
     try:
         start_http_server(port, addr=addr, registry=registry)
     except OSError as exc:

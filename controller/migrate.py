@@ -50,12 +50,13 @@ def apply_migrations(store: Store, available: list[Migration] | None = None) -> 
         if migration.version in done:
             result.skipped.append(migration.version)
             continue
-        rendered = sql_template.render(migration.text, version)
+        rendered = sql_template.render(migration.text, version, ttl=store.url.options.get("ttl", "on") != "off")
         for statement in sql_template.split_statements(rendered):
             store.execute(statement)
         store.execute(
+            # INSERT ... SELECT: inline VALUES over the native protocol hang on ClickHouse 18.16
             "INSERT INTO schema_migrations (version, name, applied_at) "
-            "VALUES (%(version)s, %(name)s, now())",
+            "SELECT %(version)s, %(name)s, now()",
             {"version": migration.version, "name": migration.name},
         )
         log.info("applied migration %03d_%s", migration.version, migration.name)

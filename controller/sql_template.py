@@ -8,6 +8,9 @@ than 18.16 are written as markers that expand to nothing on old servers:
     {{ttl(time + INTERVAL 1 DAY)}} TTL time + INTERVAL 1 DAY (>= 19.6), else ''
     {{ipv6(FixedString(16))}}    IPv6 (>= 19.3), else the argument
 
+Retention TTLs delete rows older than the interval at insert and merge time;
+a store URL with ttl=off creates tables without them.
+
 Pure functions; no I/O.
 """
 
@@ -39,18 +42,22 @@ def parse_version(text: str) -> Version:
     return tuple(parts)
 
 
-def _expanders(version: Version) -> dict[str, Callable[[str], str]]:
+def _expanders(version: Version, ttl: bool) -> dict[str, Callable[[str], str]]:
     return {
         "lowcard": lambda arg: f"LowCardinality({arg})" if version >= LOWCARD_SINCE else arg,
         "codec": lambda arg: f"CODEC({arg})" if version >= CODEC_SINCE else "",
-        "ttl": lambda arg: f"TTL {arg}" if version >= TTL_SINCE else "",
+        "ttl": lambda arg: f"TTL {arg}" if ttl and version >= TTL_SINCE else "",
         "ipv6": lambda arg: "IPv6" if version >= IPV6_SINCE else arg,
     }
 
 
-def render(sql: str, version: Version) -> str:
-    """Expand every {{marker(arg)}} for a server of `version`."""
-    expanders = _expanders(version)
+def render(sql: str, version: Version, ttl: bool = True) -> str:
+    """Expand every {{marker(arg)}} for a server of `version`.
+
+    ttl=False leaves retention TTLs out (store URL option ttl=off), for stores
+    that hold historic data on purpose: replays and tests with fixed dates.
+    """
+    expanders = _expanders(version, ttl)
 
     def replace(match: re.Match[str]) -> str:
         name, arg = match.group(1), match.group(2).strip()

@@ -4,6 +4,10 @@
                                           (clickhouse-driver, numpy columnar inserts)
     chdb:///path/dir[?database=dyncc]     chDB, in-process ClickHouse (embedded default)
 
+Options (query string): connect_timeout=5, timeout=300 (ClickHouse only);
+ttl=off creates tables without retention TTLs (for historic replays and tests
+with fixed dates; retention applies on servers >= 19.6 and chDB only).
+
 Operations: execute SQL (DDL or DML), insert columns, query to a DataFrame or
 to rows, and the server version (which picks the DDL features, see
 controller/sql_template.py).  Failures raise StoreError with a one-line reason.

@@ -29,6 +29,7 @@ launch_bg() {
     local pidfile=$1 outfile=$2
     shift 2
     rm -f "$pidfile"
+    # shellcheck disable=SC2016  # $$/$1/$@ belong to the inner shell
     if command -v setsid >/dev/null 2>&1; then
         setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' dyncc-launch "$pidfile" "$@" \
             </dev/null >>"$outfile" 2>&1 &

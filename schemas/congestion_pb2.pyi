@@ -28,7 +28,7 @@ class PrefixEntry(_message.Message):
     def __init__(self, prefix: _Optional[str] = ..., algorithm: _Optional[str] = ..., duty_cycle: _Optional[float] = ..., flap_ratio: _Optional[float] = ..., median_delivery_rate: _Optional[float] = ..., median_min_rtt_ms: _Optional[float] = ..., reason: _Optional[str] = ..., lock: _Optional[bool] = ...) -> None: ...
 
 class CongestionConfig(_message.Message):
-    __slots__ = ("schema_version", "pop", "version", "created_at_ns", "round_id", "entries", "kill_switch", "key_id", "signature")
+    __slots__ = ("schema_version", "pop", "version", "created_at_ns", "round_id", "entries", "kill_switch", "key_id", "target_hosts", "signature")
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     POP_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,7 @@ class CongestionConfig(_message.Message):
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     KILL_SWITCH_FIELD_NUMBER: _ClassVar[int]
     KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    TARGET_HOSTS_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     pop: str
@@ -46,8 +47,9 @@ class CongestionConfig(_message.Message):
     entries: _containers.RepeatedCompositeFieldContainer[PrefixEntry]
     kill_switch: bool
     key_id: str
+    target_hosts: _containers.RepeatedScalarFieldContainer[str]
     signature: bytes
-    def __init__(self, schema_version: _Optional[int] = ..., pop: _Optional[str] = ..., version: _Optional[int] = ..., created_at_ns: _Optional[int] = ..., round_id: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[PrefixEntry, _Mapping]]] = ..., kill_switch: _Optional[bool] = ..., key_id: _Optional[str] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, schema_version: _Optional[int] = ..., pop: _Optional[str] = ..., version: _Optional[int] = ..., created_at_ns: _Optional[int] = ..., round_id: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[PrefixEntry, _Mapping]]] = ..., kill_switch: _Optional[bool] = ..., key_id: _Optional[str] = ..., target_hosts: _Optional[_Iterable[str]] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class HostHealth(_message.Message):
     __slots__ = ("mem_available_bytes", "load1", "load5", "tcp_sockets", "available_congestion_controls", "owned_routes")

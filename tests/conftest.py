@@ -38,8 +38,12 @@ def chdb_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def chdb_url(chdb_dir: Path) -> str:
-    """A fresh database inside the process's chDB directory."""
-    return f"chdb://{chdb_dir}?database={unique_name('t')}"
+    """A fresh database inside the process's chDB directory.
+
+    ttl=off: tests insert rows with fixed past dates, which chDB's retention TTL
+    would delete at insert time (test_contract_schema checks the TTL path).
+    """
+    return f"chdb://{chdb_dir}?database={unique_name('t')}&ttl=off"
 
 
 @pytest.fixture

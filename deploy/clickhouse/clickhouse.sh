@@ -13,7 +13,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 _dyncc_tag=clickhouse
-# shellcheck source=../lib.sh
+# shellcheck source=deploy/lib.sh
 . "$HERE/../lib.sh"
 
 TCP_PORT=${DYNCC_CH_TCP_PORT:-19000}
@@ -24,6 +24,8 @@ ETC=$CH_DIR/etc
 PIDFILE=$CH_DIR/clickhouse-server.pid
 PATTERN=clickhouse-server
 WAIT_TIMEOUT=${DYNCC_CH_WAIT_TIMEOUT:-60}
+POLICY_RC=/usr/sbin/policy-rc.d
+_policy_added=0
 
 server_bin() {
     local b
@@ -47,16 +49,15 @@ cmd_install() {
     export DEBIAN_FRONTEND=noninteractive
     # Keep the package's init script from starting the system-wide service
     # (port 9000); we run our own instance. Only if no policy is in place.
-    local policy=/usr/sbin/policy-rc.d added=0
-    if [[ ! -e $policy ]]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy"
-        chmod +x "$policy"
-        added=1
-        trap '[[ $added == 1 ]] && rm -f "$policy"' EXIT
+    if [[ ! -e $POLICY_RC ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$POLICY_RC"
+        chmod +x "$POLICY_RC"
+        _policy_added=1
+        trap 'if [[ $_policy_added == 1 ]]; then rm -f "$POLICY_RC"; fi' EXIT
     fi
     apt-get update -q
     apt-get install -y -q --no-install-recommends clickhouse-server clickhouse-client
-    if [[ $added == 1 ]]; then rm -f "$policy"; added=0; fi
+    if [[ $_policy_added == 1 ]]; then rm -f "$POLICY_RC"; _policy_added=0; fi
     server_bin >/dev/null || die "clickhouse-server binary not found after install"
     log "installed: $(dpkg-query -W -f='${Version}' clickhouse-server)"
 }

@@ -16,7 +16,7 @@ set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 _dyncc_tag=kafka
-# shellcheck source=../lib.sh
+# shellcheck source=deploy/lib.sh
 . "$HERE/../lib.sh"
 
 PORT=${DYNCC_KAFKA_PORT:-19092}
@@ -48,16 +48,20 @@ cmd_fetch() {
     log "fetching Kafka jars with Maven into $LIBS"
     rm -rf "$tmp"
     mkdir -p "$(dirname "$LIBS")"
+    local mvnlog=$DYNCC_CACHE/kafka-3.9/mvn.log
     # shellcheck disable=SC2086
-    mvn -q -B -Dstyle.color=never -f "$HERE/pom.xml" ${DYNCC_MAVEN_ARGS:-} \
+    if ! mvn -q -B -Dstyle.color=never -f "$HERE/pom.xml" ${DYNCC_MAVEN_ARGS:-} \
         -Dmaven.wagon.http.retryHandler.count=3 \
-        dependency:copy-dependencies -DoutputDirectory="$tmp" \
-        || { rm -rf "$tmp"; die "Maven could not fetch the Kafka jars"; }
+        dependency:copy-dependencies -DoutputDirectory="$tmp" >"$mvnlog" 2>&1; then
+        tail -n 40 "$mvnlog" >&2
+        rm -rf "$tmp"
+        die "Maven could not fetch the Kafka jars (log: $mvnlog)"
+    fi
     ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || { rm -rf "$tmp"; die "kafka_2.13 jar missing after fetch"; }
     pom_sum >"$tmp/.dyncc-fetched"
     rm -rf "$LIBS"
     mv "$tmp" "$LIBS"
-    log "fetched $(find "$LIBS" -name '*.jar' | wc -l) jars in $(( ($(now_ms) - t0) )) ms"
+    log "fetched $(find "$LIBS" -name '*.jar' | wc -l) jars in $(($(now_ms) - t0)) ms"
 }
 
 render_conf() {
@@ -108,6 +112,8 @@ cmd_start() {
     done
     render_conf
     format_storage
+    # Fresh server.log per start, so `wait` never sees an old "started" line.
+    if [[ -f $LOG_DIR/server.log ]]; then mv -f "$LOG_DIR/server.log" "$LOG_DIR/server.log.prev"; fi
     log "starting broker on 127.0.0.1:$PORT (controller $CONTROLLER_PORT), logs in $LOG_DIR"
     launch_bg "$PIDFILE" "$LOG_DIR/kafka.out" "${JAVA_CMD[@]}" kafka.Kafka "$CONF"
 }

@@ -1,0 +1,92 @@
+# dyncc developer / CI entry points.  CI runs `bash .ci/run` -> `make test`.
+#
+#   make venv        .venv with the project and its dev extras (re-installed when pyproject.toml changes)
+#   make stack-up    ClickHouse 18.16 on 127.0.0.1:19000 + Kafka 3.9 on 127.0.0.1:19092 (deploy/stack.sh)
+#   make stack-down
+#   make test        venv + servers, pytest against the real servers, servers stopped again
+#                    (a stack that was already running before `make test` is left running;
+#                    DYNCC_KEEP_STACK=1 keeps a stack started by `make test`)
+#   make lint        ruff + mypy
+#   make demo | bench | proto | clean
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := test
+
+VENV        := .venv
+PY          := $(VENV)/bin/python
+STAMP       := $(VENV)/.installed
+PYTHON      ?= $(shell command -v python3.11 || command -v python3)
+PYTEST_ARGS ?=
+STACK       := bash deploy/stack.sh
+
+export DYNCC_TEST_CLICKHOUSE ?= clickhouse://default:@127.0.0.1:$(or $(DYNCC_CH_TCP_PORT),19000)/default
+export DYNCC_TEST_KAFKA      ?= 127.0.0.1:$(or $(DYNCC_KAFKA_PORT),19092)
+
+.PHONY: venv deps stack-up stack-down stack-status test lint demo bench proto clean
+
+venv: $(STAMP)
+
+$(PY):
+	@echo "== creating $(VENV) with $(PYTHON)"
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	@echo "== pip install -e '.[dev]'"
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+# Everything `test` needs, fetched in parallel: Python deps (PyPI),
+# clickhouse-server/client (apt), Kafka jars (Maven Central).
+deps:
+	@$(MAKE) --no-print-directory -j3 --output-sync=target venv _ch-install _kafka-fetch
+
+.PHONY: _ch-install _kafka-fetch
+_ch-install:
+	bash deploy/clickhouse/clickhouse.sh install
+_kafka-fetch:
+	bash deploy/kafka/kafka.sh fetch
+
+stack-up:
+	$(STACK) up
+
+stack-down:
+	$(STACK) down
+
+stack-status:
+	$(STACK) status
+
+# pytest's exit status is kept; exit 5 ("no tests collected") counts as a failure.
+test: deps
+	@if $(STACK) status >/dev/null 2>&1; then started=0; echo "== stack already running; leaving it up afterwards"; \
+	 else started=1; fi; \
+	 if [[ -n "$${DYNCC_KEEP_STACK:-}" ]]; then started=0; fi; \
+	 stop_stack() { if [[ $$started == 1 ]]; then $(STACK) down || true; fi; }; \
+	 trap stop_stack EXIT; \
+	 trap 'exit 130' INT TERM; \
+	 $(STACK) up; \
+	 echo "== pytest (DYNCC_TEST_CLICKHOUSE=$$DYNCC_TEST_CLICKHOUSE DYNCC_TEST_KAFKA=$$DYNCC_TEST_KAFKA)"; \
+	 rc=0; $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
+	 if [[ $$rc == 5 ]]; then echo "== pytest collected no tests: treating as failure"; fi; \
+	 exit $$rc
+
+lint: venv
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+demo: venv
+	$(VENV)/bin/dyncc demo
+
+bench: venv
+	@shopt -s nullglob; files=(bench/*.py); \
+	 if [[ $${#files[@]} == 0 ]]; then echo "no bench/*.py"; exit 0; fi; \
+	 for f in "$${files[@]}"; do echo "== $$f"; $(PY) "$$f"; done
+
+proto: venv
+	$(PY) -m grpc_tools.protoc -Ischemas --python_out=schemas --pyi_out=schemas \
+	    schemas/tcpinfo.proto schemas/congestion.proto
+
+clean:
+	-$(STACK) down
+	rm -rf .stack .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,0 +1,165 @@
+"""Benchmark: `dyncc collect --once` against `ss -tin` on ~100k established loopback connections.
+
+    sudo .venv/bin/python bench/collector.py [--conns 100000] [--rounds 5] [--brokers 127.0.0.1:19092]
+
+Creates a namespace (dcol-bench-*), opens the connections from several holder
+processes (the open-files limit is 20000 per process; each holder keeps both
+ends of its connections), then alternates `ss -tin > /dev/null`,
+`dyncc collect --once --sink file` and `dyncc collect --once --sink kafka`
+(the collector runs in the host namespace and dumps the benchmark namespace
+with --netns, so it can reach the broker on 127.0.0.1).  Prints sockets/s for each, the ratio to ss, and each
+command's peak RSS (from wait4).  Everything is torn down at the end.
+Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+DYNCC = str(Path(PY).with_name("dyncc"))
+
+
+def hold(conns: int, port: int, addr: str) -> None:
+    """Holder process: `conns` connections to our own listener, both ends kept open."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lst.bind((addr, port))
+    lst.listen(4096)
+    keep: list[socket.socket] = []
+    payload = b"x" * 200
+    done = 0
+    while done < conns:
+        step = min(1000, conns - done)
+        clients = []
+        for _ in range(step):
+            c = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            c.connect((addr, port))
+            clients.append(c)
+        for c in clients:
+            s, _ = lst.accept()
+            c.sendall(payload)
+            s.sendall(payload[:100])
+            keep.extend((c, s))
+        done += step
+    lst.close()
+    print("ready", flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+
+
+def timed(cmd: list[str], stdout: int | None = subprocess.DEVNULL) -> tuple[float, int, int]:
+    """(seconds, exit code, peak RSS in KiB) of one command."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    took = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode != 0:
+        print(f"  {' '.join(cmd[-6:])} exited {proc.returncode}: {err.strip()[-500:]}", file=sys.stderr)
+    return took, proc.returncode, usage.ru_maxrss
+
+
+def count_sockets(ns: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Htn", "state", "established"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.count("\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--conns", type=int, default=100_000, help="sockets wanted (two per connection)")
+    ap.add_argument("--per-proc", type=int, default=8_500, help="connections per holder process")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--brokers", default=os.environ.get("DYNCC_TEST_KAFKA", "127.0.0.1:19092"))
+    ap.add_argument("--no-kafka", action="store_true")
+    ap.add_argument("--hold", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--addr", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.hold:
+        hold(args.hold, args.port, args.addr)
+        return 0
+
+    ns = f"dcol-bench-{uuid.uuid4().hex[:6]}"
+    tmp = Path(tempfile.mkdtemp(prefix="dcol-bench-"))
+    holders: list[subprocess.Popen[str]] = []
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
+        conns = args.conns // 2
+        t0 = time.perf_counter()
+        k = 0
+        while conns > 0:
+            n = min(args.per_proc, conns)
+            cmd = ["ip", "netns", "exec", ns, PY, __file__, "--hold", str(n),
+                   "--port", str(20000 + k), "--addr", f"127.0.{k // 200}.{1 + k % 200}"]
+            holders.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+            conns -= n
+            k += 1
+        for h in holders:
+            assert h.stdout is not None
+            line = h.stdout.readline()
+            if line.strip() != "ready":
+                raise SystemExit(f"holder failed: {line!r}")
+        total = count_sockets(ns)
+        print(f"{total} established sockets in {ns} from {len(holders)} processes "
+              f"({time.perf_counter() - t0:.1f}s to set up)")
+
+        topic = f"dcol_bench_{uuid.uuid4().hex[:8]}"
+        common = ["--once", "--no-default-excludes", "--host", "bench", "--pop", "lab"]
+        runs: dict[str, list[tuple[float, int, int]]] = {"ss -tin": [], "collect file": [], "collect kafka": []}
+        for r in range(args.rounds):
+            runs["ss -tin"].append(timed(["ip", "netns", "exec", ns, "ss", "-tin"]))
+            out = tmp / f"batches-{r}.bin"
+            runs["collect file"].append(timed([DYNCC, "collect", *common, "--netns", ns,
+                                               "--sink", "file", "--out", str(out)]))
+            if r == 0:
+                print(f"file sink wrote {out.stat().st_size / 1e6:.1f} MB for one poll")
+            out.unlink(missing_ok=True)
+            if not args.no_kafka:
+                runs["collect kafka"].append(timed([DYNCC, "collect", *common, "--netns", ns,
+                                                    "--sink", "kafka", "--brokers", args.brokers,
+                                                    "--topic", topic]))
+        base = statistics.median(t for t, _, _ in runs["ss -tin"])
+        print(f"\n{'command':<16}{'median s':>10}{'best s':>9}{'sockets/s':>12}{'vs ss':>8}{'peak RSS MB':>13}")
+        for name, got in runs.items():
+            if not got:
+                continue
+            med = statistics.median(t for t, _, _ in got)
+            best = min(t for t, _, _ in got)
+            rss = max(m for _, _, m in got) / 1024
+            fails = sum(1 for _, rc, _ in got if rc != 0)
+            print(f"{name:<16}{med:>10.3f}{best:>9.3f}{total / med:>12,.0f}{base / med:>7.2f}x{rss:>13.1f}"
+                  + (f"  ({fails} failed)" if fails else ""))
+        return 0
+    finally:
+        for h in holders:
+            if h.stdin:
+                h.stdin.close()
+        for h in holders:
+            try:
+                h.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                h.kill()
+                h.wait()
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Benchmark the scoring SQL: N prefixes x 36 five-minute buckets, ClickHouse 18.16 and chDB.
+
+    python bench/scoring.py [--sizes 10000,100000,200000] [--clickhouse URL] [--chdb DIR]
+                            [--samples 6] [--repeat 3] [--keep]
+
+Fills tcpinfo_5m directly with INSERT ... SELECT ...State(...) FROM numbers(), one
+bucket per INSERT, then times controller.scoring_query.score_prefixes (best of
+--repeat runs, plus the first run).  Bar (issue 5): 200k prefixes <= 5 s on the
+server, <= 3 s on chDB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from controller.migrate import apply_migrations  # noqa: E402
+from controller.scoring_config import ScoringConfig  # noqa: E402
+from controller.scoring_query import score_prefixes, window_for  # noqa: E402
+from controller.store import Store, open_store  # noqa: E402
+
+POP = "bench1"
+
+FILL_SQL = """
+INSERT INTO tcpinfo_5m
+SELECT
+    %(bucket)s AS bucket,
+    %(pop)s AS pop,
+    concat(IPv4NumToString(toUInt32(167772160 + p * 256)), '/24') AS prefix,
+    toUInt8(4) AS family,
+    countState() AS samples,
+    countIfState(ba > 102400) AS qualifying,
+    quantilesState(0.05, 0.1, 0.5)(dr) AS delivery_rate_q,
+    quantilesIfState(0.05, 0.1, 0.5)(dr, ba > 102400) AS delivery_rate_qual_q,
+    quantilesIfState(0.1, 0.5)(mr, ba > 102400) AS min_rtt_qual_q,
+    quantilesState(0.5, 0.9)(toFloat64(0)) AS retrans_ratio_q,
+    sumState(ba) AS bytes_acked_sum,
+    sumState(ba) AS bytes_sent_sum,
+    sumState(toUInt64(0)) AS bytes_retrans_sum
+FROM
+(
+    SELECT
+        intDiv(number, %(k)s) AS p,
+        -- per-prefix base rate (1-20 MB/s) times per-sample noise (0.5x-1.5x)
+        toUInt64((1000000 + (sipHash64(p) % 19000000))
+                 * (0.5 + (sipHash64(number, %(salt)s) % 1000) / 1000.)) AS dr,
+        toUInt32(5000 + sipHash64(p, 1) % 95000) AS mr,
+        toUInt64(50000 + sipHash64(number, %(salt)s, 2) % 1000000) AS ba
+    FROM numbers(%(rows)s)
+)
+GROUP BY p
+"""
+
+
+def fill(store: Store, prefixes: int, buckets: int, end: dt.datetime, samples: int) -> float:
+    started = time.perf_counter()
+    for i in range(buckets):
+        bucket = end - dt.timedelta(minutes=5 * (buckets - i))
+        store.execute(
+            FILL_SQL,
+            {"bucket": bucket, "pop": POP, "k": samples, "rows": prefixes * samples, "salt": i},
+        )
+    return time.perf_counter() - started
+
+
+def bench_one(url: str, label: str, sizes: list[int], samples: int, repeat: int, keep: bool) -> None:
+    cfg = ScoringConfig()
+    now = dt.datetime(2024, 3, 1, 12, 0, 10, tzinfo=dt.UTC)
+    window = window_for(now, cfg)
+    for size in sizes:
+        store = open_store(url.replace("{db}", f"bench_{uuid.uuid4().hex[:8]}"))
+        try:
+            apply_migrations(store)
+            fill_s = fill(store, size, window.buckets, window.end, samples)
+            times = []
+            scored = 0
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                df = score_prefixes(store, cfg, window, POP)
+                times.append(time.perf_counter() - t0)
+                scored = len(df)
+            bar = 5.0 if label == "clickhouse" else 3.0
+            print(
+                f"{label:10s} prefixes={size:>7d} buckets={window.buckets} scored={scored:>7d} "
+                f"first={times[0]:.2f}s best={min(times):.2f}s (fill {fill_s:.1f}s)"
+                + (f"  bar {bar:.0f}s {'OK' if size < 200_000 or min(times) <= bar else 'OVER'}"),
+                flush=True,
+            )
+        finally:
+            if not keep:
+                store.execute(f"DROP DATABASE IF EXISTS {store.database}")
+            store.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="10000,100000,200000")
+    ap.add_argument("--clickhouse", default="clickhouse://default:@127.0.0.1:19000/{db}",
+                    help="server URL ({db} = a fresh database); '' to skip")
+    ap.add_argument("--chdb", default=None, help="chDB directory (default: a temporary one); 'off' to skip")
+    ap.add_argument("--samples", type=int, default=6, help="samples per prefix and bucket")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keep", action="store_true", help="keep the benchmark databases")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if args.clickhouse:
+        bench_one(args.clickhouse, "clickhouse", sizes, args.samples, args.repeat, args.keep)
+    if args.chdb != "off":
+        directory = args.chdb or tempfile.mkdtemp(prefix="dyncc-bench-chdb-")
+        bench_one(f"chdb://{directory}?database={{db}}", "chdb", sizes, args.samples, args.repeat, args.keep)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

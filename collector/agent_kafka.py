@@ -1,0 +1,143 @@
+"""Kafka transport of the edge agent: configs in, ApplyStatus out.
+
+`ConfigConsumer` reads the compacted config topic (key = POP) from the
+beginning of every partition without a consumer group commit, keeps only
+messages whose key is this agent's POP, and during the initial catch-up hands
+back only the latest one (later messages win).  `StatusProducer` writes
+ApplyStatus messages keyed by host.  Undecodable messages are counted and
+skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from google.protobuf.message import DecodeError
+
+from schemas.congestion_pb2 import ApplyStatus, CongestionConfig
+
+log = logging.getLogger("dyncc.agent.kafka")
+
+
+class ConfigConsumer:
+    def __init__(
+        self,
+        brokers: str,
+        topic: str,
+        pop: str,
+        host: str,
+        *,
+        on_error: Callable[[str], None] | None = None,
+        on_malformed: Callable[[], None] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.key = pop.encode()
+        self._on_error = on_error or (lambda _msg: None)
+        self._on_malformed = on_malformed or (lambda: None)
+        self._consumer = Consumer({
+            "bootstrap.servers": brokers,
+            "group.id": f"dyncc-agent-{pop}-{host}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+            "fetch.queue.backoff.ms": 10,
+            "fetch.wait.max.ms": 100,
+        })
+        self._partitions: set[int] = set()
+        self._at_eof: set[int] = set()
+        self.caught_up = False
+        self._pending: CongestionConfig | None = None
+        self._next_assign = 0.0
+        self._warned_missing = False
+
+    def _assign(self) -> bool:
+        now = time.monotonic()
+        if now < self._next_assign:
+            return False
+        self._next_assign = now + 5.0
+        try:
+            meta = self._consumer.list_topics(self.topic, timeout=5)
+        except KafkaException as exc:
+            self._on_error(f"metadata for {self.topic}: {exc}")
+            return False
+        topic = meta.topics.get(self.topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            if not self._warned_missing:
+                log.warning("config topic %s not available yet; waiting", self.topic)
+                self._warned_missing = True
+            return False
+        self._partitions = set(topic.partitions)
+        self._consumer.assign(
+            [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(self._partitions)]
+        )
+        log.info("reading configs for key %s from %s (%d partitions)", self.key.decode(), self.topic,
+                 len(self._partitions))
+        return True
+
+    def poll(self, timeout: float) -> CongestionConfig | None:
+        """The newest config for this POP that arrived since the last call (None if none)."""
+        if not self._partitions and not self._assign():
+            time.sleep(min(timeout, 0.2))
+            return None
+        latest: CongestionConfig | None = None
+        for msg in self._consumer.consume(500, timeout):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    self._at_eof.add(msg.partition() or 0)
+                else:
+                    self._on_error(str(err))
+                    log.warning("config consumer: %s", err)
+                continue
+            if msg.key() != self.key:
+                continue
+            value = msg.value()
+            if value is None:
+                log.warning("tombstone for POP %s on %s ignored (use the kill switch)", self.key.decode(),
+                            self.topic)
+                continue
+            try:
+                latest = CongestionConfig.FromString(value)
+            except DecodeError:
+                self._on_malformed()
+                log.warning("undecodable config at %s[%s]@%s skipped", self.topic, msg.partition(),
+                            msg.offset())
+        if self.caught_up:
+            return latest
+        if latest is not None:
+            self._pending = latest
+        if self._at_eof >= self._partitions:
+            self.caught_up = True
+            pending, self._pending = self._pending, None
+            return pending
+        return None
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class StatusProducer:
+    def __init__(self, brokers: str, topic: str, *, on_error: Callable[[str], None] | None = None) -> None:
+        self.topic = topic
+        self._on_error = on_error or (lambda _msg: None)
+        self._producer = Producer({"bootstrap.servers": brokers, "acks": "all", "linger.ms": 5})
+
+    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            self._on_error(str(err))
+            log.warning("status not delivered: %s", err)
+
+    def send(self, status: ApplyStatus) -> None:
+        try:
+            self._producer.produce(self.topic, key=status.host.encode(), value=status.SerializeToString(),
+                                   on_delivery=self._delivered)
+        except (KafkaException, BufferError) as exc:
+            self._on_error(str(exc))
+            log.warning("status not queued: %s", exc)
+        self._producer.poll(0)
+
+    def flush(self, timeout: float = 10.0) -> int:
+        return int(self._producer.flush(timeout))

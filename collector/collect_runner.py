@@ -1,0 +1,120 @@
+"""The `dyncc collect` loop: schedule polls, feed the sink, count, log, flush on stop.
+
+Polls start every `interval` +/- `jitter`.  A poll that takes longer than the
+interval (dump + encode + hand-off to the sink) is counted as an overrun and
+the next poll starts at once; a poll that passes its timeout is abandoned and
+counted.  On SIGTERM/SIGINT (StopFlag) the loop ends and the sink is flushed.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from collector.collect_config import CollectConfig
+from collector.collect_metrics import CollectMetrics
+from collector.daemon import ConfigError, StopFlag
+from collector.netlink_diag import DumpTimeout
+from collector.poller import Poller, PollResult
+from collector.sinks import FileSink, KafkaSink, Sink, StdoutSink
+
+log = logging.getLogger("dyncc.collect")
+
+
+def make_sink(cfg: CollectConfig, metrics: CollectMetrics) -> Sink:
+    if cfg.sink == "file":
+        try:
+            return FileSink(cfg.out, metrics, rotate_bytes=cfg.rotate_bytes, keep=cfg.keep)
+        except OSError as exc:
+            raise ConfigError(f"cannot open {cfg.out}: {exc.strerror or exc}") from exc
+    if cfg.sink == "stdout":
+        return StdoutSink(metrics)
+    try:
+        return KafkaSink(
+            cfg.brokers,
+            cfg.topic,
+            cfg.poller.host,
+            metrics,
+            queue_max_bytes=cfg.queue_max_bytes,
+            linger_ms=min(cfg.linger_ms, 5) if cfg.once else cfg.linger_ms,
+            extra=cfg.kafka_extra,
+        )
+    except Exception as exc:  # confluent_kafka.KafkaException on bad settings
+        raise ConfigError(f"bad Kafka settings: {exc}") from exc
+
+
+def record(metrics: CollectMetrics, result: PollResult, took: float) -> None:
+    metrics.polls.inc()
+    metrics.poll_duration.observe(took)
+    metrics.sockets_seen.inc(result.seen)
+    metrics.sockets_exported.inc(result.exported)
+    for reason, n in result.filtered.items():
+        metrics.sockets_filtered.labels(reason).inc(n)
+    for kind, n in result.errors.items():
+        metrics.parse_errors.labels(kind).inc(n)
+    metrics.batches.inc(len(result.batches))
+    metrics.batch_bytes.inc(result.bytes)
+    metrics.netns_errors.inc(len(result.failed_netns))
+
+
+class CollectLoop:
+    def __init__(self, cfg: CollectConfig, sink: Sink, metrics: CollectMetrics, stop: StopFlag) -> None:
+        self.cfg = cfg
+        self.sink = sink
+        self.metrics = metrics
+        self.stop = stop
+        self.poller = Poller(cfg.poller)
+        self.polls = 0
+
+    def poll_once(self) -> float:
+        """One poll handed to the sink; returns its duration in seconds."""
+        t0 = time.monotonic()
+        try:
+            result = self.poller.poll(deadline=t0 + self.cfg.timeout)
+        except DumpTimeout:
+            self.metrics.poll_timeouts.inc()
+            took = time.monotonic() - t0
+            log.warning("poll abandoned after %.3fs (timeout %.3fs)", took, self.cfg.timeout)
+            return took
+        self.sink.send_poll(result.batches)
+        took = time.monotonic() - t0
+        record(self.metrics, result, took)
+        self.polls += 1
+        filtered = sum(result.filtered.values())
+        errors = sum(result.errors.values())
+        log.info(
+            "poll %d: netns=%d seen=%d exported=%d filtered=%d errors=%d batches=%d bytes=%d "
+            "took=%.3fs queue=%d",
+            self.polls, len(result.namespaces), result.seen, result.exported, filtered, errors,
+            len(result.batches), result.bytes, took, int(self.metrics.value("dyncc_collect_queue_depth")),
+        )  # fmt: skip
+        return took
+
+    def run(self) -> int:
+        """Poll until stopped (or once); flush; 0 if everything was delivered, else 1."""
+        cfg = self.cfg
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            took = self.poll_once()
+            if cfg.once:
+                break
+            if took > cfg.interval:
+                self.metrics.overruns.inc()
+                log.warning("poll took %.3fs, longer than the %.3fs interval", took, cfg.interval)
+                next_start = time.monotonic()
+            else:
+                next_start = t0 + cfg.interval + random.uniform(-cfg.jitter, cfg.jitter)
+            while not self.stop.is_set():
+                left = next_start - time.monotonic()
+                if left <= 0:
+                    break
+                self.sink.service(0)
+                self.stop.wait(min(left, 0.1))
+        if self.stop.is_set():
+            log.info("stopping (%s): flushing the sink", self.stop.signal_name or "stop")
+        undelivered = self.sink.close(cfg.flush_timeout)
+        if undelivered:
+            log.error("%d batches were not delivered", undelivered)
+            return 1
+        return 0

@@ -1,0 +1,279 @@
+"""Where polls go: Kafka (confluent-kafka), length-delimited files, or JSON lines on stdout.
+
+Every sink takes whole polls (the list of serialized TcpInfoBatch messages of
+one poll) and is closed with a flush deadline; `close()` returns how many
+batches could not be delivered.
+
+Kafka: idempotent producer (acks=all, zstd, linger).  Polls wait in a bounded
+in-memory queue until librdkafka accepts them; when the queue would exceed its
+byte bound the oldest whole poll is dropped and counted, so memory stays
+bounded during a long broker outage while nothing accepted is lost.  Delivery
+failures are counted by the delivery callback.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import sys
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Protocol
+
+from collector.collect_metrics import CollectMetrics
+
+log = logging.getLogger("dyncc.collect")
+_LEN = struct.Struct(">I")
+
+
+class Sink(Protocol):
+    def send_poll(self, batches: list[bytes]) -> None: ...
+
+    def service(self, timeout: float = 0.0) -> None: ...
+
+    def close(self, timeout: float) -> int: ...
+
+
+# ------------------------------------------------------------------ kafka
+
+
+@dataclass
+class _QueuedPoll:
+    batches: list[bytes]
+    next: int = 0
+
+    def remaining_bytes(self) -> int:
+        return sum(len(b) for b in self.batches[self.next :])
+
+
+class KafkaSink:
+    def __init__(
+        self,
+        brokers: str,
+        topic: str,
+        key: str,
+        metrics: CollectMetrics,
+        *,
+        queue_max_bytes: int = 64 << 20,
+        linger_ms: int = 50,
+        message_timeout_ms: int = 300_000,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        from confluent_kafka import Producer
+
+        conf: dict[str, Any] = {
+            "bootstrap.servers": brokers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "compression.type": "zstd",
+            "linger.ms": linger_ms,
+            "message.timeout.ms": message_timeout_ms,
+            "message.max.bytes": 8 << 20,
+            "queue.buffering.max.kbytes": 32 << 10,
+            "queue.buffering.max.messages": 100_000,
+            "client.id": f"dyncc-collect-{key}",
+        }
+        conf.update(extra or {})
+        self.producer = Producer(conf)
+        self.topic = topic
+        self.key = key.encode()
+        self.metrics = metrics
+        self.queue: deque[_QueuedPoll] = deque()
+        self.queue_bytes = 0
+        self.queue_max_bytes = queue_max_bytes
+        self.failures = 0
+        self.delivered = 0
+        self.in_flight = 0
+
+    def _on_delivery(self, err: Any, msg: Any) -> None:
+        self.in_flight -= 1
+        if err is not None:
+            self.failures += 1
+            self.metrics.delivery_failures.inc()
+            log.warning("kafka delivery failed: %s", err)
+        else:
+            self.delivered += 1
+            self.metrics.delivered.inc()
+
+    def send_poll(self, batches: list[bytes]) -> None:
+        if not batches:
+            return
+        size = sum(len(b) for b in batches)
+        while self.queue and self.queue_bytes + size > self.queue_max_bytes:
+            old = self.queue.popleft()
+            lost = len(old.batches) - old.next
+            self.queue_bytes -= old.remaining_bytes()
+            self.metrics.dropped_polls.inc()
+            self.metrics.dropped_batches.inc(lost)
+            log.warning("send queue full: dropped the oldest poll (%d batches not sent)", lost)
+        self.queue.append(_QueuedPoll(list(batches)))
+        self.queue_bytes += size
+        self._pump()
+
+    def _pump(self) -> None:
+        produce = self.producer.produce
+        while self.queue:
+            head = self.queue[0]
+            while head.next < len(head.batches):
+                value = head.batches[head.next]
+                try:
+                    produce(self.topic, value=value, key=self.key, on_delivery=self._on_delivery)
+                except BufferError:
+                    self.producer.poll(0)
+                    self._gauges()
+                    return
+                self.in_flight += 1
+                head.batches[head.next] = b""
+                head.next += 1
+                self.queue_bytes -= len(value)
+            self.queue.popleft()
+        self.producer.poll(0)
+        self._gauges()
+
+    def _gauges(self) -> None:
+        self.metrics.queue_depth.set(sum(len(p.batches) - p.next for p in self.queue) + self.in_flight)
+        self.metrics.queue_bytes.set(self.queue_bytes)
+
+    def service(self, timeout: float = 0.0) -> None:
+        self._pump()
+        self.producer.poll(timeout)
+
+    def close(self, timeout: float) -> int:
+        """Hand over everything queued and wait for delivery; returns batches not delivered."""
+        deadline = time.monotonic() + timeout
+        while self.queue and time.monotonic() < deadline:
+            self._pump()
+            self.producer.poll(0.05)
+        left = self.producer.flush(max(deadline - time.monotonic(), 0.0))
+        unsent = sum(len(p.batches) - p.next for p in self.queue)
+        self._gauges()
+        return int(left) + unsent + self.failures
+
+
+# ------------------------------------------------------------------ file
+
+
+class FileSink:
+    """Length-delimited TcpInfoBatch records (4-byte big-endian length), rotated by size.
+
+    PATH is the live file; on rotation PATH.1 .. PATH.<keep> shift up and PATH
+    becomes PATH.1.  A batch is never split across files.
+    """
+
+    def __init__(
+        self, path: str | Path, metrics: CollectMetrics, rotate_bytes: int = 256 << 20, keep: int = 5
+    ):
+        self.path = Path(path)
+        self.metrics = metrics
+        self.rotate_bytes = rotate_bytes
+        self.keep = keep
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fh: IO[bytes] = open(self.path, "ab")  # noqa: SIM115 - kept open across polls
+        self.size = self.fh.tell()
+
+    def _rotate(self) -> None:
+        self.fh.close()
+        for k in range(self.keep - 1, 0, -1):
+            src = self.path.with_name(f"{self.path.name}.{k}")
+            if src.exists():
+                os.replace(src, self.path.with_name(f"{self.path.name}.{k + 1}"))
+        if self.keep >= 1:
+            os.replace(self.path, self.path.with_name(f"{self.path.name}.1"))
+        else:
+            self.path.unlink()
+        self.fh = open(self.path, "ab")  # noqa: SIM115
+        self.size = 0
+
+    def send_poll(self, batches: list[bytes]) -> None:
+        for data in batches:
+            record = _LEN.pack(len(data)) + data
+            if self.size and self.size + len(record) > self.rotate_bytes:
+                self._rotate()
+            self.fh.write(record)
+            self.size += len(record)
+            self.metrics.delivered.inc()
+        self.fh.flush()
+
+    def service(self, timeout: float = 0.0) -> None:
+        if timeout:
+            time.sleep(timeout)
+
+    def close(self, timeout: float) -> int:
+        self.fh.flush()
+        os.fsync(self.fh.fileno())
+        self.fh.close()
+        return 0
+
+
+def read_records(data: bytes, max_len: int = 64 << 20) -> list[bytes]:
+    """Split a length-delimited stream into records (for tests and tools); ValueError on damage."""
+    out: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise ValueError(f"truncated length at byte {pos}")
+        (n,) = _LEN.unpack_from(data, pos)
+        if n > max_len or pos + 4 + n > len(data):
+            raise ValueError(f"bad record length {n} at byte {pos}")
+        out.append(data[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    return out
+
+
+# ------------------------------------------------------------------ stdout
+
+
+class StdoutSink:
+    """One JSON object per socket per line, for people (`| jq`)."""
+
+    def __init__(self, metrics: CollectMetrics, write: Callable[[str], Any] | None = None) -> None:
+        self.metrics = metrics
+        self.write = write or sys.stdout.write
+
+    def send_poll(self, batches: list[bytes]) -> None:
+        from collector.batch_codec import ADDRESS_COLUMNS, decode_batch
+        from collector.netlink_diag import STATE_NAMES
+        from collector.prefixes import format_addresses, format_prefixes
+
+        for data in batches:
+            b = decode_batch(data)
+            if not b.row_count:
+                continue
+            cols = b.columns
+            src = format_addresses(cols["src_addr"])
+            dst = format_addresses(cols["dst_addr"])
+            prefix = format_prefixes(cols["client_prefix"], cols["client_prefix_len"])
+            cc = b.cc()
+            plain = {k: v.tolist() for k, v in cols.items() if k not in ADDRESS_COLUMNS}
+            lines = []
+            for i in range(b.row_count):
+                row: dict[str, Any] = {
+                    "host": b.host,
+                    "netns": b.netns,
+                    "time_ns": b.poll_start_ns,
+                    "src": src[i],
+                    "dst": dst[i],
+                    "prefix": prefix[i],
+                    "cc": cc[i],
+                    "state_name": STATE_NAMES.get(int(plain["state"][i]), "?"),
+                }
+                for k, v in plain.items():
+                    if k not in ("cc_index", "client_prefix_len"):
+                        row[k] = v[i]
+                lines.append(json.dumps(row, separators=(",", ":")))
+            self.write("\n".join(lines) + "\n")
+            self.metrics.delivered.inc()
+        if hasattr(sys.stdout, "flush"):
+            sys.stdout.flush()
+
+    def service(self, timeout: float = 0.0) -> None:
+        if timeout:
+            time.sleep(timeout)
+
+    def close(self, timeout: float) -> int:
+        return 0

@@ -1,0 +1,147 @@
+"""Fast columnar INSERT into a ClickHouse server: numpy columns serialized straight to Native blocks.
+
+clickhouse-driver's numpy insert still walks every String value in Python and
+copies each numeric column three times; for the ~95-column tcpinfo table that
+costs more than the server's own work.  NativeInsertClient is a
+clickhouse_driver.Client whose INSERT data may be a NativeColumns object:
+each column is serialized with numpy (little-endian integers, FixedString
+bytes, Strings from a small table of distinct values) and written as one
+Native data block on the driver's connection.  Query sending, the sample
+block, errors, end-of-insert and reconnects stay the driver's.  Columns whose
+server type is not one of ours (e.g. LowCardinality on newer servers) are
+written by the driver's own column writers.
+
+One INSERT sends exactly one data block, so the server writes the rows as one
+part per partition and the ledger materialized view sees whole batches (see
+docs/ingest.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from clickhouse_driver import Client
+from clickhouse_driver import defines as ch_defines
+from clickhouse_driver.block import BlockInfo, ColumnOrientedBlock
+from clickhouse_driver.columns.service import write_column
+from clickhouse_driver.protocol import ClientPacketTypes
+from clickhouse_driver.varint import write_varint
+from clickhouse_driver.writer import write_binary_str, write_binary_uint8
+
+from controller.ingest_columns import StrColumn, numpy_dtype
+from controller.store import StoreURL
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def serialize_strings(col: StrColumn) -> bytes:
+    """Native String column: varint length + UTF-8 bytes per row."""
+    encoded = [v.encode() for v in col.values]
+    table = np.array([_varint_bytes(len(e)) + e for e in encoded] or [b""], dtype=object)
+    return b"".join(table[col.codes].tolist())
+
+
+def serialize_column(ch_type: str, col: np.ndarray | StrColumn) -> bytes | None:
+    """Native bytes of one column for `ch_type`, or None when this module does not handle the type."""
+    if isinstance(col, StrColumn):
+        return serialize_strings(col) if ch_type == "String" else None
+    if ch_type == "FixedString(16)":
+        arr = np.ascontiguousarray(col)
+        if arr.dtype == np.uint8 and arr.ndim == 2 and arr.shape[1] == 16:
+            return arr.tobytes()
+        if arr.dtype.kind == "S" and arr.dtype.itemsize == 16:
+            return arr.tobytes()
+        return None
+    dtype = numpy_dtype(ch_type)
+    if dtype is None or col.ndim != 1 or col.dtype.kind not in "ui":
+        return None
+    return np.ascontiguousarray(col, dtype=dtype).tobytes()
+
+
+def _driver_items(col: np.ndarray | StrColumn) -> Any:
+    if isinstance(col, StrColumn):
+        return col.to_objects()
+    if col.ndim == 2:
+        return np.ascontiguousarray(col).view(f"S{col.shape[1]}").reshape(-1)
+    return col
+
+
+class NativeColumns:
+    """INSERT data for NativeInsertClient: named columns of equal length."""
+
+    def __init__(self, columns: Mapping[str, np.ndarray | StrColumn], rows: int) -> None:
+        self.columns = dict(columns)
+        self.rows = rows
+
+
+class SchemaMismatch(Exception):
+    """The server table does not have the columns we send."""
+
+
+class NativeInsertClient(Client):  # type: ignore[misc]
+    """clickhouse_driver.Client that sends NativeColumns as one pre-serialized block."""
+
+    def send_data(self, sample_block: Any, data: Any, types_check: bool = False, columnar: bool = False) -> int:
+        if not (isinstance(data, list) and len(data) == 1 and isinstance(data[0], NativeColumns)):
+            return int(super().send_data(sample_block, data, types_check=types_check, columnar=columnar))
+        native: NativeColumns = data[0]
+        server_types = dict(sample_block.columns_with_types)
+        missing = [name for name in native.columns if name not in server_types]
+        if missing or len(server_types) != len(native.columns):
+            raise SchemaMismatch(f"insert columns {missing or 'count'} do not match the table's columns")
+        conn = self.connection
+        if conn.compression:
+            raise SchemaMismatch("native fast insert needs an uncompressed connection")
+        fout = conn.fout
+        revision = conn.server_info.used_revision
+        write_varint(ClientPacketTypes.DATA, fout)
+        if revision >= ch_defines.DBMS_MIN_REVISION_WITH_TEMPORARY_TABLES:
+            write_binary_str("", fout)
+        if revision >= ch_defines.DBMS_MIN_REVISION_WITH_BLOCK_INFO:
+            BlockInfo().write(fout)
+        write_varint(len(native.columns), fout)
+        write_varint(native.rows, fout)
+        for name, col in native.columns.items():
+            if len(col) != native.rows:
+                raise SchemaMismatch(f"column {name} has {len(col)} rows, block has {native.rows}")
+            ch_type = server_types[name]
+            write_binary_str(name, fout)
+            write_binary_str(ch_type, fout)
+            if revision >= ch_defines.DBMS_MIN_REVISION_WITH_CUSTOM_SERIALIZATION:
+                write_binary_uint8(0, fout)
+            payload = serialize_column(ch_type, col)
+            if payload is None:
+                write_column(conn.context, name, ch_type, _driver_items(col), fout, types_check=False)
+            else:
+                fout.write(payload)
+        fout.flush()
+        self.receive_profile_events()
+        conn.send_data(ColumnOrientedBlock())  # empty block: end of data
+        self.receive_profile_events()
+        return native.rows
+
+
+def native_client(url: StoreURL) -> NativeInsertClient:
+    """A NativeInsertClient for a clickhouse:// store URL (same options as controller.store)."""
+    import logging
+
+    logging.getLogger("clickhouse_driver").setLevel(logging.CRITICAL)
+    return NativeInsertClient(
+        host=url.host,
+        port=url.port,
+        user=url.user,
+        password=url.password,
+        database=url.database,
+        connect_timeout=float(url.options.get("connect_timeout", 5)),
+        send_receive_timeout=float(url.options.get("timeout", 300)),
+        settings={"use_numpy": True},
+    )

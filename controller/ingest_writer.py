@@ -1,0 +1,294 @@
+"""Write TcpInfoBatch messages into the store exactly once: BatchWriter.
+
+The same code serves the Kafka loader, `--from-file` replays and the embedded
+default (chDB, no Kafka): `BatchWriter(store).write(messages)`.
+
+One flush of a group of messages:
+  1. scan every message (controller.ingest_decode); undecodable ones are dead letters;
+  2. drop repeats inside the group, then look the batch identities
+     (host, run_id, sequence) up in the ingest_batches ledger: batches already
+     there were loaded before (a redelivery after a crash) and are skipped;
+  3. decode the remaining non-empty batches (bad column data -> dead letter);
+  4. find per-host sequence gaps (controller.ingest_sequence);
+  5. write dead letters, gaps and empty-batch ledger rows, then the rows in
+     ONE insert (one block), whose ledger rows the materialized view writes.
+Every step is idempotent, so a failed flush (StoreError) is retried whole by
+the caller; the caller commits its Kafka offsets only after flush() returned.
+See docs/ingest.md for why this never duplicates rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from collector.batch_codec import BatchDecodeError
+from controller import sql_params
+from controller.ingest_columns import Prepared, prepare, to_insert_columns
+from controller.ingest_decode import ScannedBatch, decode_all, scan_batch
+from controller.ingest_metrics import IngestMetrics
+from controller.ingest_sequence import Gap, Key, SeenBatch, SequenceTracker
+from controller.store import ClickHouseStore, Store, StoreError
+
+log = logging.getLogger("dyncc.ingest")
+
+TABLE = "tcpinfo"
+
+
+@dataclass(slots=True)
+class Incoming:
+    """One message and where it came from (for dead letters)."""
+
+    value: bytes
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+
+
+@dataclass
+class FlushResult:
+    messages: int = 0
+    rows: int = 0
+    batches: int = 0
+    empty: int = 0
+    duplicates: int = 0
+    dead_letters: list[tuple[Incoming, str]] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        missing = sum(g.missing for g in self.gaps)
+        return (
+            f"{self.messages} messages: {self.rows} rows in {self.batches} batches "
+            f"({self.empty} empty), {self.duplicates} already loaded, "
+            f"{len(self.dead_letters)} dead letters, {len(self.gaps)} gaps ({missing} batches missing) "
+            f"in {self.seconds * 1000:.0f} ms"
+        )
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+class BatchWriter:
+    """Exactly-once writer of serialized TcpInfoBatch messages into one store."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        metrics: IngestMetrics | None = None,
+        source: str = "inproc",
+        native: bool = True,
+    ) -> None:
+        self.store = store
+        self.metrics = metrics or IngestMetrics()
+        self.source = source
+        self.tracker = SequenceTracker()
+        self._counter = 0
+        self._native: Any = None
+        if native and isinstance(store, ClickHouseStore):
+            from controller.ingest_native import native_client
+
+            self._native = native_client(store.url)
+
+    # ------------------------------------------------------------ public
+
+    def write(self, messages: Iterable[bytes]) -> FlushResult:
+        """In-process path: load serialized batches (e.g. straight from a collector)."""
+        items = []
+        for value in messages:
+            items.append(Incoming(bytes(value), self.source, -1, self._counter))
+            self._counter += 1
+        return self.flush(items)
+
+    def flush(self, items: Sequence[Incoming]) -> FlushResult:
+        """Load a group of messages; raises StoreError (nothing acknowledged) when the store fails."""
+        t0 = time.monotonic()
+        result = FlushResult(messages=len(items))
+        scanned: list[tuple[Incoming, ScannedBatch]] = []
+        for item in items:
+            try:
+                scanned.append((item, scan_batch(item.value)))
+            except BatchDecodeError as exc:
+                result.dead_letters.append((item, str(exc)))
+        unique: list[tuple[Incoming, ScannedBatch]] = []
+        seen: set[tuple[str, int, int]] = set()
+        for item, batch in scanned:
+            if batch.identity in seen:
+                result.duplicates += 1
+            else:
+                seen.add(batch.identity)
+                unique.append((item, batch))
+        present = self._ledger_lookup([b.identity for _, b in unique])
+        todo = [(item, b) for item, b in unique if b.identity not in present]
+        result.duplicates += len(unique) - len(todo)
+        nonempty = [(item, b) for item, b in todo if b.rows]
+        empty = [b for _, b in todo if not b.rows]
+        group, bad = decode_all([b for _, b in nonempty])
+        for index, reason in sorted(bad.items()):
+            result.dead_letters.append((nonempty[index][0], reason))
+        bad_ids = {nonempty[i][1].identity for i in bad}
+        tracked = [
+            SeenBatch(b.header.host, int(b.header.run_id), int(b.header.sequence), b.header.pop,
+                      int(b.header.poll_start_ns // 1_000_000_000))
+            for _, b in unique
+            if b.identity not in bad_ids
+        ]
+        unknown = self.tracker.unknown(tracked)
+        gaps, updates = self.tracker.plan(tracked, self._ledger_max(unknown) if unknown else None)
+        result.gaps = gaps
+
+        prepared: Prepared | None = None
+        rows = 0
+        if any(b.rows for b in group.batches):
+            prepared, rows = prepare(group)
+        t_insert = time.monotonic()
+        if result.dead_letters:
+            self._insert_dead_letters(result.dead_letters)
+        if gaps:
+            self._insert_gaps(gaps)
+        if empty:
+            self._insert_empty(empty)
+        if prepared is not None and rows:
+            self._insert_rows(prepared, rows)
+        self.metrics.insert_seconds.observe(time.monotonic() - t_insert)
+        self.tracker.apply(updates)
+
+        result.rows = rows
+        result.empty = len(empty)
+        result.batches = len(group.batches) + len(empty)
+        result.seconds = time.monotonic() - t0
+        m = self.metrics
+        m.rows.inc(rows)
+        m.batches.inc(result.batches)
+        m.duplicates.inc(result.duplicates)
+        m.dead_letters.inc(len(result.dead_letters))
+        m.gaps.inc(len(gaps))
+        m.missing.inc(sum(g.missing for g in gaps))
+        for item, reason in result.dead_letters:
+            log.warning(
+                "dead letter %s[%d]@%d (%d bytes): %s", item.topic, item.partition, item.offset,
+                len(item.value), reason,
+            )
+        for g in gaps:
+            log.warning(
+                "sequence gap: host %s run %d missing batches %d..%d (%d)",
+                g.host, g.run_id, g.from_sequence, g.to_sequence, g.missing,
+            )
+        return result
+
+    def close(self) -> None:
+        if self._native is not None:
+            self._native.disconnect()
+
+    # ------------------------------------------------------------ ledger
+
+    def _ledger_lookup(self, identities: list[tuple[str, int, int]]) -> set[tuple[str, int, int]]:
+        if not identities:
+            return set()
+        ranges: dict[Key, list[int]] = {}
+        for host, run_id, seq in identities:
+            r = ranges.setdefault((host, run_id), [seq, seq])
+            r[0] = min(r[0], seq)
+            r[1] = max(r[1], seq)
+        conds = " OR ".join(
+            f"(host = {sql_params.quote(h)} AND run_id = {run} AND sequence >= {lo} AND sequence <= {hi})"
+            for (h, run), (lo, hi) in ranges.items()
+        )
+        hosts = ", ".join(sql_params.quote(h) for h in {h for h, _ in ranges})
+        rows = self.store.query_rows(
+            f"SELECT DISTINCT host, run_id, sequence FROM ingest_batches WHERE host IN ({hosts}) AND ({conds})"
+        )
+        found = {(str(h), int(r), int(s)) for h, r, s in rows}
+        return found & set(identities)
+
+    def _ledger_max(self, keys: set[Key]) -> dict[Key, int]:
+        hosts = ", ".join(sql_params.quote(h) for h in {h for h, _ in keys})
+        rows = self.store.query_rows(
+            f"SELECT host, run_id, max(sequence) FROM ingest_batches WHERE host IN ({hosts}) GROUP BY host, run_id"
+        )
+        out = {(str(h), int(r)): int(s) for h, r, s in rows}
+        return {k: v for k, v in out.items() if k in keys}
+
+    # ------------------------------------------------------------ writes
+
+    def _insert_dead_letters(self, dead: list[tuple[Incoming, str]]) -> None:
+        n = len(dead)
+        self.store.insert_columns(
+            "ingest_dead_letter",
+            {
+                "time": np.full(n, _now(), dtype=np.uint32),
+                "topic": np.array([i.topic for i, _ in dead], dtype=object),
+                "partition": np.array([i.partition for i, _ in dead], dtype=np.int32),
+                "offset": np.array([i.offset for i, _ in dead], dtype=np.int64),
+                "error": np.array([r for _, r in dead], dtype=object),
+                "raw": np.array([i.value for i, _ in dead] + [b""], dtype=object)[:n],
+            },
+        )
+
+    def _insert_gaps(self, gaps: list[Gap]) -> None:
+        n = len(gaps)
+        self.store.insert_columns(
+            "ingest_sequence_gaps",
+            {
+                "detected_at": np.full(n, _now(), dtype=np.uint32),
+                "time": np.array([g.time for g in gaps], dtype=np.uint32),
+                "pop": np.array([g.pop for g in gaps], dtype=object),
+                "host": np.array([g.host for g in gaps], dtype=object),
+                "run_id": np.array([g.run_id for g in gaps], dtype=np.uint64),
+                "from_sequence": np.array([g.from_sequence for g in gaps], dtype=np.uint64),
+                "to_sequence": np.array([g.to_sequence for g in gaps], dtype=np.uint64),
+                "missing": np.array([g.missing for g in gaps], dtype=np.uint64),
+            },
+        )
+
+    def _insert_empty(self, batches: list[ScannedBatch]) -> None:
+        n = len(batches)
+        self.store.insert_columns(
+            "ingest_batches",
+            {
+                "inserted_at": np.full(n, _now(), dtype=np.uint32),
+                "batch_time": np.array([b.header.poll_start_ns // 1_000_000_000 for b in batches], dtype=np.uint32),
+                "host": np.array([b.header.host for b in batches], dtype=object),
+                "run_id": np.array([b.header.run_id for b in batches], dtype=np.uint64),
+                "sequence": np.array([b.header.sequence for b in batches], dtype=np.uint64),
+                "rows": np.zeros(n, dtype=np.uint64),
+            },
+        )
+
+    def _insert_rows(self, prepared: Prepared, rows: int) -> None:
+        if self._native is not None:
+            from controller.ingest_native import NativeColumns, SchemaMismatch
+
+            try:
+                self._native_insert(NativeColumns(prepared, rows))
+                return
+            except SchemaMismatch as exc:
+                log.warning("native insert not possible (%s); using the driver's insert from now on", exc)
+                self._native.disconnect()
+                self._native = None
+        self.store.insert_columns(TABLE, to_insert_columns(prepared))
+
+    def _native_insert(self, data: Any) -> None:
+        from clickhouse_driver import errors as ch_errors
+
+        from controller.ingest_native import SchemaMismatch
+
+        names = ", ".join(data.columns)
+        url = self.store.url
+        try:
+            self._native.execute(f"INSERT INTO {TABLE} ({names}) VALUES", [data])
+        except SchemaMismatch:
+            raise
+        except ch_errors.ServerException as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+            raise StoreError(f"ClickHouse error {exc.code}: {first}") from exc
+        except (ch_errors.Error, OSError, EOFError) as exc:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(f"ClickHouse {url.host}:{url.port} unreachable: {text}") from exc

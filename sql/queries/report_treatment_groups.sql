@@ -1,0 +1,24 @@
+-- dyncc report: the treated (moved to BBR: 'select'/'keep') and holdout prefixes per POP, with
+-- the time each entered its group (t0: first such round up to %(end)s).  A prefix that was
+-- ever treated counts as treated.
+-- Parameters: %(pop)s ('' = all), %(end)s.
+SELECT
+    pop,
+    prefix,
+    if(treated_rounds > 0, 'treated', 'holdout') AS grp,
+    toUnixTimestamp(if(treated_rounds > 0, t_treated, t_holdout)) AS t0_ts
+FROM
+(
+    SELECT
+        pop,
+        prefix,
+        countIf(decision IN ('select', 'keep')) AS treated_rounds,
+        minIf(round_time, decision IN ('select', 'keep')) AS t_treated,
+        minIf(round_time, decision = 'holdout') AS t_holdout
+    FROM selections
+    WHERE (%(pop)s = '' OR pop = %(pop)s)
+      AND round_time < %(end)s
+      AND decision IN ('select', 'keep', 'holdout')
+    GROUP BY pop, prefix
+)
+ORDER BY pop, grp, prefix

@@ -34,7 +34,7 @@ DYNCC = str(Path(PY).with_name("dyncc"))
 
 def hold(conns: int, port: int, addr: str) -> None:
     """Holder process: `conns` connections to our own listener, both ends kept open."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     lst = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -75,8 +75,12 @@ def timed(cmd: list[str], stdout: int | None = subprocess.DEVNULL) -> tuple[floa
 
 
 def count_sockets(ns: str) -> int:
-    out = subprocess.run(["ip", "netns", "exec", ns, "ss", "-Htn", "state", "established"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["ip", "netns", "exec", ns, "ss", "-Htn", "state", "established"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return out.count("\n")
 
 
@@ -106,8 +110,20 @@ def main() -> int:
         k = 0
         while conns > 0:
             n = min(args.per_proc, conns)
-            cmd = ["ip", "netns", "exec", ns, PY, __file__, "--hold", str(n),
-                   "--port", str(20000 + k), "--addr", f"127.0.{k // 200}.{1 + k % 200}"]
+            cmd = [
+                "ip",
+                "netns",
+                "exec",
+                ns,
+                PY,
+                __file__,
+                "--hold",
+                str(n),
+                "--port",
+                str(20000 + k),
+                "--addr",
+                f"127.0.{k // 200}.{1 + k % 200}",
+            ]
             holders.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
             conns -= n
             k += 1
@@ -117,26 +133,49 @@ def main() -> int:
             if line.strip() != "ready":
                 raise SystemExit(f"holder failed: {line!r}")
         total = count_sockets(ns)
-        print(f"{total} established sockets in {ns} from {len(holders)} processes "
-              f"({time.perf_counter() - t0:.1f}s to set up)")
+        print(
+            f"{total} established sockets in {ns} from {len(holders)} processes "
+            f"({time.perf_counter() - t0:.1f}s to set up)"
+        )
 
         topic = f"dcol_bench_{uuid.uuid4().hex[:8]}"
         common = ["--once", "--no-default-excludes", "--host", "bench", "--pop", "lab"]
-        runs: dict[str, list[tuple[float, int, int]]] = {"ss -tin": [], "collect file": [], "collect kafka": []}
+        runs: dict[str, list[tuple[float, int, int]]] = {
+            "ss -tin": [],
+            "collect file": [],
+            "collect kafka": [],
+        }
         for r in range(args.rounds):
             runs["ss -tin"].append(timed(["ip", "netns", "exec", ns, "ss", "-tin"]))
             out = tmp / f"batches-{r}.bin"
-            runs["collect file"].append(timed([DYNCC, "collect", *common, "--netns", ns,
-                                               "--sink", "file", "--out", str(out)]))
+            runs["collect file"].append(
+                timed([DYNCC, "collect", *common, "--netns", ns, "--sink", "file", "--out", str(out)])
+            )
             if r == 0:
                 print(f"file sink wrote {out.stat().st_size / 1e6:.1f} MB for one poll")
             out.unlink(missing_ok=True)
             if not args.no_kafka:
-                runs["collect kafka"].append(timed([DYNCC, "collect", *common, "--netns", ns,
-                                                    "--sink", "kafka", "--brokers", args.brokers,
-                                                    "--topic", topic]))
+                runs["collect kafka"].append(
+                    timed(
+                        [
+                            DYNCC,
+                            "collect",
+                            *common,
+                            "--netns",
+                            ns,
+                            "--sink",
+                            "kafka",
+                            "--brokers",
+                            args.brokers,
+                            "--topic",
+                            topic,
+                        ]
+                    )
+                )
         base = statistics.median(t for t, _, _ in runs["ss -tin"])
-        print(f"\n{'command':<16}{'median s':>10}{'best s':>9}{'sockets/s':>12}{'vs ss':>8}{'peak RSS MB':>13}")
+        print(
+            f"\n{'command':<16}{'median s':>10}{'best s':>9}{'sockets/s':>12}{'vs ss':>8}{'peak RSS MB':>13}"
+        )
         for name, got in runs.items():
             if not got:
                 continue
@@ -144,8 +183,10 @@ def main() -> int:
             best = min(t for t, _, _ in got)
             rss = max(m for _, _, m in got) / 1024
             fails = sum(1 for _, rc, _ in got if rc != 0)
-            print(f"{name:<16}{med:>10.3f}{best:>9.3f}{total / med:>12,.0f}{base / med:>7.2f}x{rss:>13.1f}"
-                  + (f"  ({fails} failed)" if fails else ""))
+            print(
+                f"{name:<16}{med:>10.3f}{best:>9.3f}{total / med:>12,.0f}{base / med:>7.2f}x{rss:>13.1f}"
+                + (f"  ({fails} failed)" if fails else "")
+            )
         return 0
     finally:
         for h in holders:

@@ -139,6 +139,7 @@ def empty_columns(rows: int = 0) -> dict[str, np.ndarray]:
 
 # ---------------------------------------------------------------- encoding
 
+
 def _varint(value: int) -> bytes:
     out = bytearray()
     while True:
@@ -228,9 +229,7 @@ def encode_body(columns: Mapping[str, np.ndarray], start: int = 0, stop: int | N
     for name, _, _ in _SPEC:
         col: np.ndarray | None = columns.get(name)
         if name in ADDRESS_COLUMNS:
-            payload = (
-                bytes(16 * count) if col is None else np.ascontiguousarray(col[start:stop]).tobytes()
-            )
+            payload = bytes(16 * count) if col is None else np.ascontiguousarray(col[start:stop]).tobytes()
         else:
             payload = bytes(count) if col is None else encode_varints(col[start:stop])
         parts.append(_TAGS[name])

@@ -102,12 +102,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--keep", help="rotated files to keep (default 5)")
     a("--netns", action="append", metavar="NAME", help="dump this network namespace (repeatable)")
     a("--all-netns", action="store_const", const=True, help="dump the own and every named namespace")
-    a("--state", action="append", metavar="STATE",
-      help=f"TCP state to dump (repeatable; default {','.join(DEFAULT_STATES)})")
+    a(
+        "--state",
+        action="append",
+        metavar="STATE",
+        help=f"TCP state to dump (repeatable; default {','.join(DEFAULT_STATES)})",
+    )
     a("--port", action="append", metavar="PORT", help="only sockets with this local port (repeatable)")
     a("--exclude", action="append", metavar="CIDR", help="skip sockets whose peer is in CIDR (repeatable)")
-    a("--no-default-excludes", dest="default_excludes", action="store_const", const=False,
-      help="do not skip loopback, link-local and unspecified peers")
+    a(
+        "--no-default-excludes",
+        dest="default_excludes",
+        action="store_const",
+        const=False,
+        help="do not skip loopback, link-local and unspecified peers",
+    )
     a("--sample", help="export 1 in N sockets, chosen stably by socket cookie (default 1)")
     a("--min-bytes-acked", help="skip sockets with fewer bytes acked (default 0)")
     a("--prefix-v4", help="client prefix length for IPv4 (default 24)")

@@ -254,9 +254,7 @@ class Poller:
                 for attempt in (0, 1):
                     enc = _Encoder(self.cfg, cc_names, stats)
                     errors = ErrorCounts()
-                    res = dumper.dump(
-                        family, self._states, enc, errors, ext=self.cfg.ext, deadline=deadline
-                    )
+                    res = dumper.dump(family, self._states, enc, errors, ext=self.cfg.ext, deadline=deadline)
                     stats.errors.update(errors)
                     if res.interrupted and attempt == 0:
                         stats.retried = True

@@ -77,6 +77,8 @@ class KafkaSink:
             "queue.buffering.max.kbytes": 32 << 10,
             "queue.buffering.max.messages": 100_000,
             "client.id": f"dyncc-collect-{key}",
+            # librdkafka's own messages go through logging (served by poll()), not raw stderr
+            "logger": logging.getLogger("dyncc.kafka"),
         }
         conf.update(extra or {})
         self.producer = Producer(conf)

@@ -52,11 +52,18 @@ class SequenceTracker:
         return {(b.host, b.run_id) for b in batches} - self.last.keys()
 
     def plan(
-        self, batches: Iterable[SeenBatch], baseline: Mapping[Key, int] | None = None
+        self,
+        batches: Iterable[SeenBatch],
+        baseline: Mapping[Key, int] | None = None,
+        override: Mapping[Key, int] | None = None,
     ) -> tuple[list[Gap], dict[Key, int]]:
-        """Gaps in `batches` (sorted by sequence per key) and the tracker updates to apply."""
+        """Gaps in `batches` (sorted by sequence per key) and the tracker updates to apply.
+
+        `baseline` is used for keys the tracker does not know; `override` (updates of
+        flushes still in flight) wins over the tracker's own state.
+        """
         baseline = baseline or {}
-        state: dict[Key, int] = {}
+        state: dict[Key, int] = dict(override or {})
         gaps: list[Gap] = []
         for b in sorted(batches, key=lambda x: (x.host, x.run_id, x.sequence)):
             key = (b.host, b.run_id)

@@ -16,7 +16,8 @@ import numpy as np
 from collector.batch_codec import BatchHeader, encode_batches
 
 CC_NAMES = ("cubic", "bbr")
-_V4_NETS = (bytes([198, 51, 100]), bytes([203, 0, 113]), bytes([192, 0, 2]))
+# RFC 2544 benchmarking space 198.18.0.0/15 (512 /24s) and the documentation /24s.
+_V4_NETS = (bytes([198, 18, 0]), bytes([198, 19, 0]), bytes([198, 51, 100]), bytes([203, 0, 113]))
 
 
 def _v4_mapped(octets: np.ndarray) -> np.ndarray:
@@ -33,12 +34,13 @@ def synth_columns(rows: int, rng: np.random.Generator, v6_share: float = 0.2) ->
     n = rows
     is_v6 = rng.random(n) < v6_share
     family = np.where(is_v6, 10, 2).astype(np.uint32)
-    # client addresses: v4 in 3 documentation /24s x 64 fake "third octets", v6 in 2001:db8::/32
+    # client addresses: v4 in 198.18.0.0/15 and documentation /24s, v6 in 2001:db8::/32
     v4 = np.zeros((n, 4), dtype=np.uint8)
     net = rng.integers(0, len(_V4_NETS), n)
     for i, base in enumerate(_V4_NETS):
         v4[net == i, :3] = np.frombuffer(base, dtype=np.uint8)
-    v4[:, 2] = (v4[:, 2].astype(np.int64) + rng.integers(0, 64, n)).astype(np.uint8)
+    in_bench = net < 2
+    v4[in_bench, 2] = rng.integers(0, 256, int(in_bench.sum()))
     v4[:, 3] = rng.integers(1, 255, n)
     dst = _v4_mapped(v4)
     v6 = np.zeros((n, 16), dtype=np.uint8)

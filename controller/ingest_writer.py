@@ -48,6 +48,12 @@ class Incoming:
     topic: str = ""
     partition: int = -1
     offset: int = -1
+    scanned: ScannedBatch | None = None
+    error: str | None = None
+
+    @property
+    def rows(self) -> int:
+        return self.scanned.rows if self.scanned is not None else 0
 
 
 @dataclass
@@ -60,15 +66,29 @@ class FlushResult:
     dead_letters: list[tuple[Incoming, str]] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
     seconds: float = 0.0
+    prepare_seconds: float = 0.0
+    insert_seconds: float = 0.0
 
     def summary(self) -> str:
         missing = sum(g.missing for g in self.gaps)
         return (
             f"{self.messages} messages: {self.rows} rows in {self.batches} batches "
             f"({self.empty} empty), {self.duplicates} already loaded, "
-            f"{len(self.dead_letters)} dead letters, {len(self.gaps)} gaps ({missing} batches missing) "
-            f"in {self.seconds * 1000:.0f} ms"
+            f"{len(self.dead_letters)} dead letters, {len(self.gaps)} gaps ({missing} batches missing); "
+            f"prepare {self.prepare_seconds * 1000:.0f} ms, insert {self.insert_seconds * 1000:.0f} ms"
         )
+
+
+@dataclass
+class PreparedFlush:
+    """A flush whose CPU work is done and whose store writes are not (BatchWriter.commit)."""
+
+    result: FlushResult
+    columns: Prepared | None
+    empty: list[ScannedBatch]
+    updates: dict[Key, int]
+    identities: set[tuple[str, int, int]]
+    prepare_seconds: float
 
 
 def _now() -> int:
@@ -107,18 +127,39 @@ class BatchWriter:
             self._counter += 1
         return self.flush(items)
 
+    @staticmethod
+    def prescan(item: Incoming) -> None:
+        """Scan a message as it arrives (spreads the work; flush() reuses the result)."""
+        if item.scanned is None and item.error is None:
+            try:
+                item.scanned = scan_batch(item.value)
+            except BatchDecodeError as exc:
+                item.error = str(exc)
+
     def flush(self, items: Sequence[Incoming]) -> FlushResult:
         """Load a group of messages; raises StoreError (nothing acknowledged) when the store fails."""
+        return self.commit(self.prepare(items))
+
+    def prepare(self, items: Sequence[Incoming], pending: Sequence[PreparedFlush] = ()) -> PreparedFlush:
+        """The CPU part of a flush: scan, dedup against the ledger, decode, gaps, columns.
+
+        `pending` are prepared flushes not yet committed (a pipelining caller's
+        in-flight insert): their batches count as loaded and their sequence
+        state as current.  If one of them fails, prepare this group again.
+        """
         t0 = time.monotonic()
         result = FlushResult(messages=len(items))
         scanned: list[tuple[Incoming, ScannedBatch]] = []
         for item in items:
-            try:
-                scanned.append((item, scan_batch(item.value)))
-            except BatchDecodeError as exc:
-                result.dead_letters.append((item, str(exc)))
+            self.prescan(item)
+            if item.scanned is not None:
+                scanned.append((item, item.scanned))
+            else:
+                result.dead_letters.append((item, item.error or "undecodable"))
         unique: list[tuple[Incoming, ScannedBatch]] = []
         seen: set[tuple[str, int, int]] = set()
+        for p in pending:
+            seen |= p.identities
         for item, batch in scanned:
             if batch.identity in seen:
                 result.duplicates += 1
@@ -140,43 +181,55 @@ class BatchWriter:
             for _, b in unique
             if b.identity not in bad_ids
         ]
-        unknown = self.tracker.unknown(tracked)
-        gaps, updates = self.tracker.plan(tracked, self._ledger_max(unknown) if unknown else None)
+        overlay: dict[Key, int] = {}
+        for p in pending:
+            overlay.update(p.updates)
+        unknown = self.tracker.unknown(tracked) - overlay.keys()
+        baseline = self._ledger_max(unknown) if unknown else {}
+        baseline.update(overlay)
+        gaps, updates = self.tracker.plan(tracked, baseline, override=overlay)
         result.gaps = gaps
-
-        prepared: Prepared | None = None
+        columns: Prepared | None = None
         rows = 0
         if any(b.rows for b in group.batches):
-            prepared, rows = prepare(group)
-        t_insert = time.monotonic()
-        if result.dead_letters:
-            self._insert_dead_letters(result.dead_letters)
-        if gaps:
-            self._insert_gaps(gaps)
-        if empty:
-            self._insert_empty(empty)
-        if prepared is not None and rows:
-            self._insert_rows(prepared, rows)
-        self.metrics.insert_seconds.observe(time.monotonic() - t_insert)
-        self.tracker.apply(updates)
-
+            columns, rows = prepare(group)
         result.rows = rows
         result.empty = len(empty)
         result.batches = len(group.batches) + len(empty)
-        result.seconds = time.monotonic() - t0
+        identities = {b.identity for b in group.batches} | {b.identity for b in empty}
+        return PreparedFlush(result, columns, empty, updates, identities, time.monotonic() - t0)
+
+    def commit(self, prep: PreparedFlush) -> FlushResult:
+        """The store part of a flush: dead letters, gaps, empty-batch ledger rows, then the rows."""
+        t_insert = time.monotonic()
+        result = prep.result
+        if result.dead_letters:
+            self._insert_dead_letters(result.dead_letters)
+        if result.gaps:
+            self._insert_gaps(result.gaps)
+        if prep.empty:
+            self._insert_empty(prep.empty)
+        if prep.columns is not None and result.rows:
+            self._insert_rows(prep.columns, result.rows)
+        insert_seconds = time.monotonic() - t_insert
+        self.metrics.insert_seconds.observe(insert_seconds)
+        self.tracker.apply(prep.updates)
+        result.prepare_seconds = prep.prepare_seconds
+        result.insert_seconds = insert_seconds
+        result.seconds = prep.prepare_seconds + insert_seconds
         m = self.metrics
-        m.rows.inc(rows)
+        m.rows.inc(result.rows)
         m.batches.inc(result.batches)
         m.duplicates.inc(result.duplicates)
         m.dead_letters.inc(len(result.dead_letters))
-        m.gaps.inc(len(gaps))
-        m.missing.inc(sum(g.missing for g in gaps))
+        m.gaps.inc(len(result.gaps))
+        m.missing.inc(sum(g.missing for g in result.gaps))
         for item, reason in result.dead_letters:
             log.warning(
                 "dead letter %s[%d]@%d (%d bytes): %s", item.topic, item.partition, item.offset,
                 len(item.value), reason,
             )
-        for g in gaps:
+        for g in result.gaps:
             log.warning(
                 "sequence gap: host %s run %d missing batches %d..%d (%d)",
                 g.host, g.run_id, g.from_sequence, g.to_sequence, g.missing,

@@ -26,7 +26,6 @@ class ScoringConfig:
     min_duty: float = 0.6
     max_flap: float = 0.3
     min_rtt_ms: float = 10.0                 # below: low-RTT prefix, stays on CUBIC
-    rtt_lookback_seconds: int = 3600         # min_rtt median over the most recent part of the window
     holdout_fraction: float = 0.10
     holdout_salt: str = "dyncc-holdout-v1"
     min_hold_seconds: int = 24 * 3600
@@ -39,6 +38,11 @@ class ScoringConfig:
     @property
     def lookback_buckets(self) -> int:
         return self.lookback_seconds // self.bucket_seconds
+
+    @property
+    def source(self) -> str:
+        """Names the statistics' definition in the scoring_buckets cache."""
+        return "rollup" if self.uses_rollup else f"raw:{self.bucket_seconds}:{self.min_bytes}"
 
     @property
     def uses_rollup(self) -> bool:
@@ -58,13 +62,6 @@ class ScoringConfig:
             raise ScoringConfigError(
                 f"min-buckets {self.min_buckets} must be between 1 and the {self.lookback_buckets} "
                 "buckets of the lookback"
-            )
-        if self.rtt_lookback_seconds % self.bucket_seconds or not (
-            self.bucket_seconds <= self.rtt_lookback_seconds <= self.lookback_seconds
-        ):
-            raise ScoringConfigError(
-                f"rtt-lookback {self.rtt_lookback_seconds} s must be whole {self.bucket_seconds} s buckets "
-                f"within the {self.lookback_seconds} s lookback"
             )
         if self.min_samples < 1:
             raise ScoringConfigError("min-samples must be at least 1")

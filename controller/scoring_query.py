@@ -1,24 +1,35 @@
 """Run the scoring SQL (sql/queries/scoring_*.sql) on a store and return DataFrames.
 
-The SQL does the heavy part inside ClickHouse 18.16 / chDB: per-bucket prefix
-statistics, the per-(pop, bucket) threshold, bad/good, and the per-prefix duty
-cycle and flap ratio.  The 5-minute rollup is read when the configuration matches
-it (ScoringConfig.uses_rollup); otherwise raw tcpinfo is bucketed on the fly.
+The SQL does the heavy part inside ClickHouse 18.16 / chDB.  Per round:
+  1. refresh: per (pop, bucket) sample counts in the source (the 5-minute rollup,
+     or raw tcpinfo when the bucket / qualifying threshold differ from the
+     rollup's) are compared with the scoring_buckets cache; buckets that are new
+     or changed get their per-prefix statistics recomputed into the cache (only
+     the newest bucket or two in steady state: merging millions of quantile
+     states every round is what makes a full rescore slow);
+  2. score: thresholds per (pop, bucket), bad/good, duty cycle and flap ratio per
+     prefix from the cache (scoring_timeline.sql, scoring_prefixes.sql).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from controller.scoring_config import ScoringConfig
 from controller.sql_files import query
+from controller.sql_params import quote
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from controller.store import Store
+
+log = logging.getLogger("dyncc.scoring")
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -36,39 +47,45 @@ class Window:
         return int((self.end - self.start).total_seconds()) // self.bucket_seconds
 
 
+def epoch_seconds(when: dt.datetime) -> int:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int((when - EPOCH).total_seconds())
+
+
+def from_epoch(seconds: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(seconds=int(seconds))
+
+
 def window_for(now: dt.datetime, cfg: ScoringConfig) -> Window:
     """The window that a round at `now` scores (the bucket in progress is left out)."""
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=dt.UTC)
-    epoch_s = int((now - EPOCH).total_seconds())
-    end_s = epoch_s - epoch_s % cfg.bucket_seconds
-    end = EPOCH + dt.timedelta(seconds=end_s)
+    now_s = epoch_seconds(now)
+    end = from_epoch(now_s - now_s % cfg.bucket_seconds)
     return Window(end - dt.timedelta(seconds=cfg.lookback_seconds), end, cfg.bucket_seconds)
 
 
-def _strip_comments(sql: str) -> str:
-    return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--"))
+@dataclass(frozen=True)
+class CacheKey:
+    pop: str
+    bucket_ts: int  # epoch seconds of the bucket start
+    version: int
 
 
-def vectors_sql(cfg: ScoringConfig) -> str:
-    """Per-prefix vectors, thresholds and scores (sql/queries/scoring_vectors.sql)."""
-    source = query("scoring_source_rollup" if cfg.uses_rollup else "scoring_source_raw")
-    return _strip_comments(query("scoring_vectors")).replace("{source}", _strip_comments(source))
+def _sql(name: str) -> str:
+    """A query file without its comment lines (so it can be nested in another)."""
+    return "\n".join(line for line in query(name).splitlines() if not line.lstrip().startswith("--"))
 
 
-def prefixes_sql(cfg: ScoringConfig) -> str:
-    """Per-prefix scores only (sql/queries/scoring_prefixes.sql)."""
-    return _strip_comments(query("scoring_prefixes")).replace("{vectors}", vectors_sql(cfg))
+def _tuples(rows: list[tuple[Any, ...]]) -> str:
+    return ", ".join("(" + ", ".join(quote(v) for v in row) + ")" for row in rows)
 
 
-def params(cfg: ScoringConfig, window: Window, pop: str) -> dict[str, Any]:
+def base_params(cfg: ScoringConfig, window: Window, pop: str) -> dict[str, Any]:
     return {
         "pop": pop,
+        "source": cfg.source,
         "start": window.start,
         "end": window.end,
-        "rtt_start": window.end - dt.timedelta(seconds=cfg.rtt_lookback_seconds),
-        "start_ts": int((window.start - EPOCH).total_seconds()),
-        "buckets": window.buckets,
         "bucket_seconds": cfg.bucket_seconds,
         "min_bytes": cfg.min_bytes,
         "min_samples": cfg.min_samples,
@@ -76,16 +93,88 @@ def params(cfg: ScoringConfig, window: Window, pop: str) -> dict[str, Any]:
     }
 
 
-def score_prefixes(store: Store, cfg: ScoringConfig, window: Window, pop: str = "") -> pd.DataFrame:
-    """One row per (pop, prefix) seen in the window (see sql/queries/scoring_prefixes.sql)."""
-    df = store.query_df(prefixes_sql(cfg), params(cfg, window, pop))
-    return normalize_scores(df)
+def _counts(store: Store, sql: str, p: dict[str, Any]) -> list[tuple[Any, ...]]:
+    df = store.query_df(sql, p)
+    if df.empty:
+        return []
+    pops = [v.decode() if isinstance(v, bytes) else str(v) for v in df["pop"]]
+    buckets = [epoch_seconds(_to_datetime(v)) for v in df["bucket"]]
+    extra = [df[c].astype("int64").tolist() for c in df.columns if c not in ("pop", "bucket")]
+    return list(zip(pops, buckets, *extra, strict=True))
 
 
-def prefix_vectors(store: Store, cfg: ScoringConfig, window: Window, pop: str, prefix: str) -> pd.DataFrame:
-    """The vectors row of one prefix (statistic, threshold, counted, bad per bucket), for explain."""
-    sql = f"SELECT * FROM ({vectors_sql(cfg)}) WHERE prefix = %(prefix)s"
-    return store.query_df(sql, {**params(cfg, window, pop), "prefix": prefix})
+def _to_datetime(value: Any) -> dt.datetime:
+    import pandas as pd
+
+    ts = pd.Timestamp(value)
+    if ts.tzinfo is None:
+        ts = ts.tz_localize("UTC")
+    return ts.to_pydatetime()
+
+
+def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version: int) -> list[CacheKey]:
+    """Bring the scoring_buckets cache up to date for the window; return the current keys."""
+    p = {**base_params(cfg, window, pop), "version": version}
+    fresh = {(r[0], r[1]): r[2] for r in _counts(store, _sql(f"scoring_fresh_{_kind(cfg)}"), p)}
+    cached: dict[tuple[str, int], tuple[int, int]] = {}
+    for pop_, bucket, ver, samples in _counts(store, _sql("scoring_cached"), p):
+        if (pop_, bucket) not in cached or ver > cached[(pop_, bucket)][0]:
+            cached[(pop_, bucket)] = (ver, samples)
+    stale = sorted(k for k, samples in fresh.items() if k not in cached or cached[k][1] != samples)
+    if stale:
+        sql = _sql(f"scoring_refresh_{_kind(cfg)}").replace("{keys}", _tuples(stale))
+        store.execute(sql, p)
+        log.debug("scoring cache: recomputed %d (pop, bucket)s", len(stale))
+    keys = [CacheKey(k[0], k[1], version if k in stale else cached[k][0]) for k in fresh]
+    return sorted(keys, key=lambda k: (k.pop, k.bucket_ts))
+
+
+def _kind(cfg: ScoringConfig) -> str:
+    return "rollup" if cfg.uses_rollup else "raw"
+
+
+def timeline_sql(keys: list[CacheKey]) -> str:
+    versions = _tuples([(k.pop, k.bucket_ts, k.version) for k in keys])
+    return _sql("scoring_timeline").replace("{versions}", versions)
+
+
+def prefixes_sql(keys: list[CacheKey]) -> str:
+    return _sql("scoring_prefixes").replace("{timeline}", timeline_sql(keys))
+
+
+def score_prefixes(
+    store: Store, cfg: ScoringConfig, window: Window, pop: str, keys: list[CacheKey]
+) -> pd.DataFrame:
+    """One row per (pop, prefix) seen in the window (sql/queries/scoring_prefixes.sql)."""
+    if not keys:
+        return normalize_scores(None)
+    return normalize_scores(store.query_df(prefixes_sql(keys), base_params(cfg, window, pop)))
+
+
+def prefix_timeline(
+    store: Store, cfg: ScoringConfig, window: Window, pop: str, prefix: str, keys: list[CacheKey]
+) -> pd.DataFrame:
+    """The bucket timeline of one prefix: statistic, threshold, counted, bad (for explain)."""
+    import pandas as pd
+
+    if not keys:
+        return pd.DataFrame()
+    sql = f"SELECT * FROM ({timeline_sql(keys)}) WHERE prefix = %(prefix)s ORDER BY bucket"
+    return store.query_df(sql, {**base_params(cfg, window, pop), "prefix": prefix})
+
+
+def drop_old_cache(store: Store, window: Window, keep_days: int = 2) -> None:
+    """Drop scoring_buckets partitions (days) older than the window minus keep_days."""
+    cutoff = (window.start - dt.timedelta(days=keep_days)).strftime("%Y%m%d")
+    rows = store.query_rows(
+        "SELECT DISTINCT partition FROM system.parts WHERE database = %(db)s "
+        "AND table = 'scoring_buckets' AND active",
+        {"db": store.database},
+    )
+    for (partition,) in rows:
+        text = str(partition).strip("'")
+        if text.isdigit() and text < cutoff:
+            store.execute(f"ALTER TABLE scoring_buckets DROP PARTITION {int(text)}")
 
 
 SCORE_COLUMNS: dict[str, str] = {
@@ -105,16 +194,19 @@ SCORE_COLUMNS: dict[str, str] = {
 }
 
 
-def normalize_scores(df: pd.DataFrame) -> pd.DataFrame:
+def normalize_scores(df: pd.DataFrame | None) -> pd.DataFrame:
     """Same dtypes from both back ends (chDB and clickhouse-driver differ), sorted by pop, prefix."""
     import pandas as pd
 
-    out = pd.DataFrame({name: df[name] if name in df else [] for name in SCORE_COLUMNS})
+    out = pd.DataFrame(
+        {name: (df[name] if df is not None and name in df else pd.Series([], dtype=t))
+         for name, t in SCORE_COLUMNS.items()}
+    )
     for name, dtype in SCORE_COLUMNS.items():
         if dtype == "object":
-            out[name] = out[name].map(_text)
+            out[name] = out[name].map(_text).astype(object)
         else:
-            out[name] = out[name].astype(dtype)
+            out[name] = out[name].astype(np.dtype(dtype))
     return out.sort_values(["pop", "prefix"], kind="stable").reset_index(drop=True)
 
 

@@ -329,7 +329,10 @@ class ChdbStore(Store):
                 buf = pa.py_buffer(np.ascontiguousarray(fixed).tobytes())
                 arrays[name] = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows, [None, buf])
             else:
-                arrays[name] = pa.array(col)
+                arr = pa.array(col)
+                if pa.types.is_list(arr.type) and pa.types.is_null(arr.type.value_type):
+                    arr = arr.cast(pa.list_(pa.string()))  # all-empty Array(String) column
+                arrays[name] = arr
         _dyncc_insert = pa.table(arrays)  # noqa: F841 - read by name by chDB's Python() table function
         names = ", ".join(columns)
         with self._lock:

@@ -38,7 +38,11 @@ def serve(ports: list[int]) -> None:
             listeners.append(s)
     held: list[socket.socket] = []
     print("ready", flush=True)
-    threading.Thread(target=lambda: (sys.stdin.read(), sel.close()), daemon=True).start()
+    def close_on_eof() -> None:
+        sys.stdin.read()
+        sel.close()
+
+    threading.Thread(target=close_on_eof, daemon=True).start()
     reply = b"r" * REPLY
     while True:
         try:

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from controller.store import Store
 
-T0 = dt.datetime(2024, 5, 1, 8, 0, 0)
 HOURS = 3
+# Recent times: the tables have TTLs (30 days raw) that would drop old synthetic rows on chDB.
+T0 = dt.datetime.now(dt.UTC).replace(tzinfo=None, minute=0, second=0, microsecond=0) - dt.timedelta(
+    hours=HOURS + 2
+)
 T_SELECT = T0 + dt.timedelta(hours=1, minutes=30)
 POPS = ("lax", "ord")
 PREFIXES_PER_POP = 8
@@ -84,7 +88,7 @@ def insert(store: Store) -> Synth:
                     cols["bytes_sent"].append(acked)
                     cols["bytes_retrans"].append(0)
                 cookie += 1
-    arrays = {
+    arrays: dict[str, Any] = {
         "time": np.array(cols["time"], dtype="datetime64[s]"),
         "time_ns": np.array(cols["time_ns"], dtype=np.uint64),
         "pop": cols["pop"], "host": cols["host"], "prefix": cols["prefix"],

@@ -39,9 +39,20 @@ def random_columns(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray]
 
 
 def header(**kw: object) -> BatchHeader:
-    base = dict(host="edge1", pop="fra", netns="ns1", run_id=123, poll_start_ns=10, poll_end_ns=20,
-                sockets_seen=99, sockets_exported=7, sockets_filtered=92, parse_errors={"truncated": 2},
-                cc_names=["bbr", "cubic", "reno"], collector_version="t")
+    base = dict(
+        host="edge1",
+        pop="fra",
+        netns="ns1",
+        run_id=123,
+        poll_start_ns=10,
+        poll_end_ns=20,
+        sockets_seen=99,
+        sockets_exported=7,
+        sockets_filtered=92,
+        parse_errors={"truncated": 2},
+        cc_names=["bbr", "cubic", "reno"],
+        collector_version="t",
+    )
     base.update(kw)
     return BatchHeader(**base)  # type: ignore[arg-type]
 

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,7 +50,10 @@ class Lab:
 def _start(ns: str, *args: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
         ["ip", "netns", "exec", ns, sys.executable, "-m", "tests.collector_conns", *args],
-        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -67,17 +71,74 @@ def lab() -> Iterator[Lab]:
             for net in ("198.51.100", "203.0.113"):
                 ns_sh(ns, "ip", "addr", "add", f"{net}.{host}/24", "dev", "eth0", "noprefixroute")
             for net in ("2001:db8:1", "2001:db8:2"):
-                ns_sh(ns, "ip", "-6", "addr", "add", f"{net}::{host}/64", "dev", "eth0", "nodad", "noprefixroute")
+                ns_sh(
+                    ns,
+                    "ip",
+                    "-6",
+                    "addr",
+                    "add",
+                    f"{net}::{host}/64",
+                    "dev",
+                    "eth0",
+                    "nodad",
+                    "noprefixroute",
+                )
             # our own prefix routes (noprefixroute above), with src so that a connection to
             # 203.0.113.1 comes from 203.0.113.2 and both ends use the same route
-            ns_sh(ns, "ip", "route", "replace", "198.51.100.0/24", "dev", "eth0", "src", f"198.51.100.{host}",
-                  "congctl", "cubic")
-            ns_sh(ns, "ip", "route", "replace", "203.0.113.0/24", "dev", "eth0", "src", f"203.0.113.{host}",
-                  "congctl", "bbr")
-            ns_sh(ns, "ip", "-6", "route", "replace", "2001:db8:1::/64", "dev", "eth0",
-                  "src", f"2001:db8:1::{host}", "congctl", "bbr")
-            ns_sh(ns, "ip", "-6", "route", "replace", "2001:db8:2::/64", "dev", "eth0",
-                  "src", f"2001:db8:2::{host}", "congctl", "cubic")
+            ns_sh(
+                ns,
+                "ip",
+                "route",
+                "replace",
+                "198.51.100.0/24",
+                "dev",
+                "eth0",
+                "src",
+                f"198.51.100.{host}",
+                "congctl",
+                "cubic",
+            )
+            ns_sh(
+                ns,
+                "ip",
+                "route",
+                "replace",
+                "203.0.113.0/24",
+                "dev",
+                "eth0",
+                "src",
+                f"203.0.113.{host}",
+                "congctl",
+                "bbr",
+            )
+            ns_sh(
+                ns,
+                "ip",
+                "-6",
+                "route",
+                "replace",
+                "2001:db8:1::/64",
+                "dev",
+                "eth0",
+                "src",
+                f"2001:db8:1::{host}",
+                "congctl",
+                "bbr",
+            )
+            ns_sh(
+                ns,
+                "ip",
+                "-6",
+                "route",
+                "replace",
+                "2001:db8:2::/64",
+                "dev",
+                "eth0",
+                "src",
+                f"2001:db8:2::{host}",
+                "congctl",
+                "cubic",
+            )
         procs = [_start(s_name, "serve", "443", "8443")]
         try:
             procs.append(_start(c_name, "connect", *(f"{a},{p},{n}" for (a, p), n in CONNS.items())))
@@ -96,10 +157,10 @@ def lab() -> Iterator[Lab]:
 _SS_HEAD = re.compile(r"^(\S+)\s+\d+\s+\d+\s+(\S+):(\d+)\s+(\S+):(\d+)")
 
 
-def ss_sockets(ns: str) -> dict[tuple[str, int, str, int], dict[str, object]]:
+def ss_sockets(ns: str) -> dict[tuple[str, int, str, int], dict[str, Any]]:
     """`ss -Htin` in the namespace, keyed by (local, lport, peer, pport)."""
     out = ns_sh(ns, "ss", "-Htin")
-    socks: dict[tuple[str, int, str, int], dict[str, object]] = {}
+    socks: dict[tuple[str, int, str, int], dict[str, Any]] = {}
     key = None
     for line in out.splitlines():
         m = _SS_HEAD.match(line)
@@ -107,7 +168,7 @@ def ss_sockets(ns: str) -> dict[tuple[str, int, str, int], dict[str, object]]:
             state, la, lp, pa, pp = m.groups()
             key = (la.strip("[]"), int(lp), pa.strip("[]"), int(pp))
             socks[key] = {"state": state}
-            rest = line[m.end():].split()
+            rest = line[m.end() :].split()
         else:
             rest = line.split()
         if key is None or not rest:
@@ -138,7 +199,7 @@ def collect(cfg: PollerConfig) -> list:
     return [decode_batch(b) for b in Poller(cfg).poll().batches]
 
 
-def exported_rows(batches: list) -> list[dict[str, object]]:
+def exported_rows(batches: list) -> list[dict[str, Any]]:
     rows = []
     for b in batches:
         c = b.columns
@@ -149,16 +210,26 @@ def exported_rows(batches: list) -> list[dict[str, object]]:
         cc = b.cc()
         for i in range(b.row_count):
             mapped = fam[i] == 10 and "." in src[i]
-            rows.append({
-                "netns": b.netns, "family": fam[i], "state": int(c["state"][i]),
-                "src": ("::ffff:" + src[i]) if mapped else src[i],
-                "dst": ("::ffff:" + dst[i]) if mapped else dst[i],
-                "sport": int(c["src_port"][i]), "dport": int(c["dst_port"][i]), "cc": cc[i],
-                "rtt": int(c["rtt"][i]), "cwnd": int(c["snd_cwnd"][i]),
-                "bytes_acked": int(c["bytes_acked"][i]), "bytes_received": int(c["bytes_received"][i]),
-                "prefix": pref[i], "has_bbr_info": int(c["has_bbr_info"][i]),
-                "bbr_bw": int(c["bbr_bw"][i]), "tcp_info_len": int(c["tcp_info_len"][i]),
-            })
+            rows.append(
+                {
+                    "netns": b.netns,
+                    "family": fam[i],
+                    "state": int(c["state"][i]),
+                    "src": ("::ffff:" + src[i]) if mapped else src[i],
+                    "dst": ("::ffff:" + dst[i]) if mapped else dst[i],
+                    "sport": int(c["src_port"][i]),
+                    "dport": int(c["dst_port"][i]),
+                    "cc": cc[i],
+                    "rtt": int(c["rtt"][i]),
+                    "cwnd": int(c["snd_cwnd"][i]),
+                    "bytes_acked": int(c["bytes_acked"][i]),
+                    "bytes_received": int(c["bytes_received"][i]),
+                    "prefix": pref[i],
+                    "has_bbr_info": int(c["has_bbr_info"][i]),
+                    "bbr_bw": int(c["bbr_bw"][i]),
+                    "tcp_info_len": int(c["tcp_info_len"][i]),
+                }
+            )
     return rows
 
 
@@ -197,14 +268,19 @@ def test_every_socket_matches_ss(lab: Lab) -> None:
             if r["cc"] == "bbr":
                 assert r["bbr_bw"] > 0
             want_prefix = {
-                "198.51.100": "198.51.100.0/24", "203.0.113": "203.0.113.0/24",
-                "2001:db8:1:": "2001:db8:1::/56", "2001:db8:2:": "2001:db8:2::/56",
+                "198.51.100": "198.51.100.0/24",
+                "203.0.113": "203.0.113.0/24",
+                "2001:db8:1:": "2001:db8:1::/56",
+                "2001:db8:2:": "2001:db8:2::/56",
             }[net]
             assert r["prefix"] == want_prefix
         fams = Counter(r["family"] for r in got.values())
-        assert fams == {2: CONNS[("198.51.100.1", 443)] + CONNS[("203.0.113.1", 443)]
-                        + (0 if ns == lab.server else CONNS[("198.51.100.1", 8443)]),
-                        10: 160 + (CONNS[("198.51.100.1", 8443)] if ns == lab.server else 0)}
+        assert fams == {
+            2: CONNS[("198.51.100.1", 443)]
+            + CONNS[("203.0.113.1", 443)]
+            + (0 if ns == lab.server else CONNS[("198.51.100.1", 8443)]),
+            10: 160 + (CONNS[("198.51.100.1", 8443)] if ns == lab.server else 0),
+        }
 
 
 def test_filters_are_applied_and_counted(lab: Lab) -> None:
@@ -233,8 +309,12 @@ def test_filters_are_applied_and_counted(lab: Lab) -> None:
         elif reason == "sampled_out":
             assert 0 < len(rows) < total / 2
             kept_by_sample = {r["sport"] * 0 + r["dport"] for r in rows}
-        else:  # the server acked the 20 kB requests only; it sent 60 kB
-            assert len(rows) == 0
+        else:  # each server socket sent 60 kB (all acked): all kept
+            assert len(rows) == total
+    # ... while each client socket sent only 20 kB: all dropped
+    cfg = PollerConfig(host="t", netns=(lab.client,), filters=cases["min_bytes_acked"])
+    result = Poller(cfg).poll()
+    assert result.exported == 0 and result.filtered == {"min_bytes_acked": total}
     # sampling is stable: the same sockets are kept by a second poll
     cfg = PollerConfig(host="t", netns=(lab.server,), filters=cases["sampled_out"])
     again = exported_rows(collect(cfg))
@@ -244,14 +324,38 @@ def test_filters_are_applied_and_counted(lab: Lab) -> None:
 def test_cli_file_sink_once(lab: Lab, tmp_path: Path) -> None:
     out = tmp_path / "b.bin"
     proc = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "collect", "--once", "--netns", lab.server, "--sink", "file",
-         "--out", str(out), "--host", "edge-t", "--pop", "tst", "--max-rows", "150", "--port", "443"],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "collect",
+            "--once",
+            "--netns",
+            lab.server,
+            "--sink",
+            "file",
+            "--out",
+            str(out),
+            "--host",
+            "edge-t",
+            "--pop",
+            "tst",
+            "--max-rows",
+            "150",
+            "--port",
+            "443",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"poll 1: netns=1 seen=420 exported=380 filtered=40", proc.stderr), proc.stderr
     batches = [decode_batch(r) for r in read_records(out.read_bytes())]
-    assert [b.row_count for b in batches] == [127, 127, 126]
+    # one dump per family, each split evenly under the 150-row cap: 220 IPv4 + 160 IPv6 sockets
+    assert [b.row_count for b in batches] == [110, 110, 80, 80]
+    assert [b.sequence for b in batches] == [0, 1, 2, 3]
     assert {(b.host, b.pop, b.netns) for b in batches} == {("edge-t", "tst", lab.server)}
     ports = np.concatenate([b.columns["src_port"] for b in batches])
     assert set(ports.tolist()) == {443}

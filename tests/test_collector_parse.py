@@ -27,10 +27,27 @@ VALUES.update(snd_wscale=7, rcv_wscale=9, app_limited=1)
 def test_fields_and_attributes_decoded() -> None:
     msgs = [
         diag_msg(info=tcp_info(VALUES), cc="bbr", bbr=((5 << 32) + 1234, 77, 739, 512), cookie=10),
-        diag_msg(family=socket.AF_INET6, src="2001:db8::1", dst="2001:db8:0:12::2", sport=80, dport=5555,
-                 info=tcp_info(VALUES), cc="cubic", bbr=None, cookie=11, state=8),
-        diag_msg(family=socket.AF_INET6, src="::ffff:203.0.113.1", dst="::ffff:203.0.113.9",
-                 info=tcp_info(VALUES), cc="dctcp", cookie=12, skmem=None),
+        diag_msg(
+            family=socket.AF_INET6,
+            src="2001:db8::1",
+            dst="2001:db8:0:12::2",
+            sport=80,
+            dport=5555,
+            info=tcp_info(VALUES),
+            cc="cubic",
+            bbr=None,
+            cookie=11,
+            state=8,
+        ),
+        diag_msg(
+            family=socket.AF_INET6,
+            src="::ffff:203.0.113.1",
+            dst="::ffff:203.0.113.9",
+            info=tcp_info(VALUES),
+            cc="dctcp",
+            cookie=12,
+            skmem=None,
+        ),
     ]
     errors = ErrorCounts()
     parsed, done = parse_datagrams([b"".join(msgs), done_msg()], errors, seq=1, pid=0)
@@ -120,7 +137,10 @@ valid_stream = st.lists(
             family=fam,
             src="2001:db8::1" if fam == socket.AF_INET6 else "198.51.100.1",
             dst="2001:db8::2" if fam == socket.AF_INET6 else "198.51.100.2",
-            cookie=cookie, info=tcp_info(VALUES, ln), cc=cc),
+            cookie=cookie,
+            info=tcp_info(VALUES, ln),
+            cc=cc,
+        ),
         st.sampled_from([socket.AF_INET, socket.AF_INET6]),
         st.integers(0, 2**64 - 1),
         st.sampled_from([0, 3, 104, 192, 248, 300]),

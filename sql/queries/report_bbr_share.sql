@@ -1,7 +1,7 @@
--- dyncc report: share of sockets (poll samples) using a BBR variant per POP per 5-minute bucket.
--- Parameters: %(pop)s ('' = all), %(start)s, %(end)s.
+-- dyncc report: share of sockets (poll samples) using a BBR variant per POP per bucket.
+-- Parameters: %(pop)s ('' = all), %(start)s, %(end)s, %(bucket)s (seconds, 300 = 5 minutes).
 SELECT
-    toUnixTimestamp(toStartOfFiveMinute(time)) AS ts,
+    intDiv(toUnixTimestamp(time), %(bucket)s) * %(bucket)s AS ts,
     pop,
     count() AS samples,
     countIf(startsWith(cc, 'bbr')) / count() AS bbr_share

@@ -1,10 +1,10 @@
 -- dyncc report: approximate goodput per flow = bytes_acked / busy_time (µs -> bytes/s) at the
 -- flow's last poll, over qualifying flows (bytes_acked > 100 KB, busy_time > 0); p10 / p50 per
--- POP per 5-minute bucket of the flow's last poll.  Approximate: busy_time counts time the
+-- POP per bucket of the flow's last poll.  Approximate: busy_time counts time the
 -- socket had data in flight, not the client's wait; HTTP access-log goodput is the true measure.
--- Parameters: %(pop)s ('' = all), %(start)s, %(end)s.
+-- Parameters: %(pop)s ('' = all), %(start)s, %(end)s, %(bucket)s (seconds, 300 = 5 minutes).
 SELECT
-    toUnixTimestamp(toStartOfFiveMinute(last_time)) AS ts,
+    intDiv(toUnixTimestamp(last_time), %(bucket)s) * %(bucket)s AS ts,
     pop,
     count() AS flows,
     quantile(0.1)(goodput) AS p10,

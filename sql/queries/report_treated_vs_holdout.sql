@@ -39,7 +39,7 @@ FROM
               AND decision IN ('select', 'keep', 'holdout')
             GROUP BY pop, prefix
         )
-    ) USING (pop, prefix)
+    ) AS groups USING (pop, prefix)
     WHERE (%(pop)s = '' OR pop = %(pop)s)
       AND bucket >= %(start)s AND bucket < %(end)s
     GROUP BY bucket, grp, phase

@@ -1,0 +1,199 @@
+"""Ingest benchmark: Kafka -> `dyncc ingest` -> ClickHouse 18.16 vs clickhouse-client native insert.
+
+    python bench/ingest.py [--rows 1000000] [--kafka 127.0.0.1:19092]
+                           [--clickhouse clickhouse://default:@127.0.0.1:19000/default]
+
+1. Makes ROWS rows of realistic columns (controller.ingest_synth, encoded by the
+   collector's codec into ~64 KB TcpInfoBatch messages, 8 hosts) and produces
+   them to a fresh 4-partition topic.
+2. Reference: the same rows as a Native file (SELECT ... FORMAT Native from a
+   scratch load), inserted by `clickhouse-client --port P` into a fresh
+   database with the full schema (same materialized views the loader feeds).
+3. `dyncc ingest --drain` with one loader, then two loaders (own groups, fresh
+   databases).  A loader's rate is rows / (first message consumed -> last flush
+   committed), from its closing log line; two loaders: total rows over the
+   union of their windows.
+4. Prints rows/s and ratios; the bar is one loader >= 0.8 x clickhouse-client.
+   The reference runs before and after the loaders; the better one is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from collector.batch_codec import decode_batch  # noqa: E402
+from controller.ingest_synth import synth_messages  # noqa: E402
+from controller.ingest_writer import BatchWriter  # noqa: E402
+from controller.migrate import apply_migrations  # noqa: E402
+from controller.store import open_store, parse_store_url  # noqa: E402
+
+_RATE = re.compile(r"loaded (\d+) rows in [\d.]+ s \(first message ([\d.]+) -> last flush ([\d.]+)\)")
+
+
+def _db_url(base: str, db: str) -> str:
+    return f"{base.rsplit('/', 1)[0]}/{db}"
+
+
+def _fresh_db(base: str, tag: str) -> str:
+    url = _db_url(base, f"bench_ingest_{tag}_{uuid.uuid4().hex[:8]}")
+    store = open_store(url)
+    apply_migrations(store)
+    store.close()
+    return url
+
+
+def _drop(url: str) -> None:
+    store = open_store(url)
+    try:
+        store._admin.execute(f"DROP DATABASE IF EXISTS {store.database}")  # type: ignore[attr-defined]
+    finally:
+        store.close()
+
+
+def _count(url: str) -> int:
+    store = open_store(url)
+    try:
+        return int(store.query_rows("SELECT count() FROM tcpinfo")[0][0])
+    finally:
+        store.close()
+
+
+def _client(url: str, query: str, stdin: Path | None = None, stdout: Path | None = None) -> float:
+    u = parse_store_url(url)
+    cmd = ["clickhouse-client", "--host", u.host, "--port", str(u.port), "--database", u.database, "--query", query]
+    fin = open(stdin, "rb") if stdin else None  # noqa: SIM115
+    fout = open(stdout, "wb") if stdout else None  # noqa: SIM115
+    try:
+        t0 = time.perf_counter()
+        subprocess.run(cmd, stdin=fin, stdout=fout, check=True)
+        return time.perf_counter() - t0
+    finally:
+        for f in (fin, fout):
+            if f:
+                f.close()
+
+
+def _loaders(n: int, kafka: str, topic: str, url: str, rows: int) -> float:
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "controller.cli", "ingest", "--kafka", kafka, "--topic", topic,
+             "--group", group, "--clickhouse", url, "--drain", "--metrics-port", "0", "--no-migrate"],
+            stderr=subprocess.PIPE, text=True,
+        )
+        for _ in range(n)
+    ]
+    windows, loaded = [], 0
+    for p in procs:
+        _, err = p.communicate(timeout=900)
+        if p.returncode != 0:
+            raise SystemExit(f"loader failed ({p.returncode}):\n{err[-3000:]}")
+        m = _RATE.search(err)
+        if m:
+            loaded += int(m.group(1))
+            windows.append((float(m.group(2)), float(m.group(3))))
+        flushes = err.count(" flush ")
+        print(f"    loader pid {p.pid}: {m.group(1) if m else 0} rows, {flushes} flushes")
+    got = _count(url)
+    if got != rows or loaded != rows:
+        raise SystemExit(f"expected {rows} rows, table has {got}, loaders reported {loaded}")
+    span = max(w[1] for w in windows) - min(w[0] for w in windows)
+    return rows / span
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--kafka", default=os.environ.get("DYNCC_TEST_KAFKA", "127.0.0.1:19092"))
+    ap.add_argument("--clickhouse", default=os.environ.get(
+        "DYNCC_TEST_CLICKHOUSE", "clickhouse://default:@127.0.0.1:19000/default"))
+    ap.add_argument("--keep", action="store_true", help="keep the benchmark databases and topic")
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    msgs = list(synth_messages(args.rows, hosts=8, rows_per_poll=280, seed=42, max_bytes=64 * 1024))
+    total_bytes = sum(len(m) for _, m in msgs)
+    assert sum(decode_batch(m).row_count for _, m in msgs[:3]) > 0
+    print(f"made {args.rows} rows in {len(msgs)} messages ({total_bytes / len(msgs) / 1024:.1f} KiB each, "
+          f"{total_bytes / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s")
+
+    topic = f"bench_ingest_{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": args.kafka})
+    for f in admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)]).values():
+        f.result(timeout=30)
+    producer = Producer({"bootstrap.servers": args.kafka, "linger.ms": 20, "batch.size": 1 << 20,
+                         "queue.buffering.max.kbytes": 1 << 20})
+    for host, value in msgs:
+        while True:
+            try:
+                producer.produce(topic, key=host.encode(), value=value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+    print(f"produced to {topic} (4 partitions)")
+
+    dbs: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        native = Path(tmp) / "rows.native"
+        scratch = _fresh_db(args.clickhouse, "scratch")
+        dbs.append(scratch)
+        store = open_store(scratch)
+        writer = BatchWriter(store)
+        for i in range(0, len(msgs), 500):
+            writer.write([m for _, m in msgs[i : i + 500]])
+        writer.close()
+        store.close()
+        cols = "*"
+        _client(scratch, f"SELECT {cols} FROM tcpinfo FORMAT Native", stdout=native)
+        print(f"native file: {native.stat().st_size / 1e6:.0f} MB")
+
+        def reference() -> float:
+            url = _fresh_db(args.clickhouse, "ref")
+            dbs.append(url)
+            secs = _client(url, "INSERT INTO tcpinfo FORMAT Native", stdin=native)
+            assert _count(url) == args.rows
+            return args.rows / secs
+
+        ref1 = reference()
+        print(f"clickhouse-client native insert: {ref1:,.0f} rows/s")
+        url1 = _fresh_db(args.clickhouse, "one")
+        dbs.append(url1)
+        one = _loaders(1, args.kafka, topic, url1, args.rows)
+        print(f"one loader:  {one:,.0f} rows/s")
+        ref2 = reference()
+        print(f"clickhouse-client native insert: {ref2:,.0f} rows/s")
+        url2 = _fresh_db(args.clickhouse, "two")
+        dbs.append(url2)
+        two = _loaders(2, args.kafka, topic, url2, args.rows)
+        print(f"two loaders: {two:,.0f} rows/s")
+
+    ref = max(ref1, ref2)
+    print()
+    print(f"rows {args.rows:,}  clickhouse-client native {ref:,.0f} rows/s (runs: {ref1:,.0f}, {ref2:,.0f})")
+    print(f"one loader  {one:,.0f} rows/s = {one / ref:.2f} x native  (bar 0.80)")
+    print(f"two loaders {two:,.0f} rows/s = {two / ref:.2f} x native, {two / one:.2f} x one loader")
+    if not args.keep:
+        for url in dbs:
+            _drop(url)
+        for f in admin.delete_topics([topic]).values():
+            f.result(timeout=30)
+    return 0 if one >= 0.8 * ref else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""`dyncc ingest`: load TcpInfoBatch messages from Kafka (or files) into ClickHouse / chDB.
+
+  dyncc ingest --kafka kafka1:9092 --clickhouse clickhouse://default:@ch1:9000/dyncc
+  dyncc ingest --kafka kafka1:9092 --clickhouse URL --drain         # exit 0 once caught up
+  dyncc ingest --from-file /var/lib/dyncc/batches.bin --clickhouse URL
+
+Runs more loaders with the same --group to share a topic's partitions.
+Exactly-once design, tables and metrics: docs/ingest.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from collector.daemon import ConfigError, parse_duration
+
+log = logging.getLogger("dyncc.ingest")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    a = parser.add_argument
+    a("--kafka", metavar="BROKERS", help="Kafka bootstrap servers, host:port[,host:port]")
+    a("--clickhouse", required=True, metavar="URL",
+      help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir")
+    a("--topic", default="tcpinfo", help="Kafka topic (default tcpinfo)")
+    a("--group", default="dyncc-ingest", help="Kafka consumer group (default dyncc-ingest)")
+    a("--from-file", metavar="PATH", action="append", default=[],
+      help="replay a length-delimited batch file (collector --sink file) instead of Kafka; repeatable")
+    a("--drain", action="store_true", help="exit 0 once every assigned partition is caught up")
+    a("--max-rows", type=int, default=200_000, help="flush after this many rows (default 200000)")
+    a("--max-bytes", type=int, default=48 << 20, help="flush after this many message bytes (default 48 MiB)")
+    a("--max-wait", default="2s", help="flush buffered messages at least this often (default 2s)")
+    a("--backoff-max", default="30s", help="cap of the retry backoff while the store is down (default 30s)")
+    a("--no-migrate", action="store_true", help="do not apply schema migrations at start")
+    a("--metrics-port", type=int, default=9311, help="Prometheus metrics port (0 = off, default 9311)")
+    a("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def run(args: argparse.Namespace) -> int:
+    from collector.daemon import StopFlag, setup_logging, start_metrics
+    from controller.ingest_metrics import IngestMetrics
+    from controller.ingest_writer import BatchWriter
+    from controller.store import open_store
+
+    setup_logging(args.verbose)
+    if bool(args.kafka) == bool(args.from_file):
+        raise ConfigError("give either --kafka BROKERS or --from-file PATH")
+    for value, name in ((args.max_rows, "--max-rows"), (args.max_bytes, "--max-bytes")):
+        if value < 1:
+            raise ConfigError(f"{name} must be positive, got {value}")
+    max_wait = parse_duration(args.max_wait, "--max-wait")
+    backoff_max = parse_duration(args.backoff_max, "--backoff-max")
+    files = [Path(p) for p in args.from_file]
+    for path in files:
+        if not path.is_file():
+            raise ConfigError(f"--from-file {path}: no such file")
+    metrics = IngestMetrics()
+    start_metrics(args.metrics_port, metrics.registry)
+    store = open_store(args.clickhouse)
+    try:
+        if not args.no_migrate:
+            from controller.migrate import apply_migrations
+
+            apply_migrations(store)
+        writer = BatchWriter(store, metrics=metrics, source=args.topic)
+        try:
+            if files:
+                from controller.ingest_files import replay_file
+
+                for path in files:
+                    total = replay_file(writer, path, max_bytes=args.max_bytes)
+                    log.info("replayed %s: %s", path, total.summary())
+                return 0
+            from controller.ingest_kafka import KafkaConfig, KafkaLoader
+
+            cfg = KafkaConfig(
+                brokers=args.kafka,
+                topic=args.topic,
+                group=args.group,
+                max_rows=args.max_rows,
+                max_bytes=args.max_bytes,
+                max_wait=max_wait,
+                drain=args.drain,
+                backoff_max=backoff_max,
+            )
+            log.info(
+                "ingest %s topic %s group %s -> %s", args.kafka, args.topic, args.group, store.url.redacted()
+            )
+            stop = StopFlag()
+            with stop.installed():
+                return KafkaLoader(writer, cfg, stop).run()
+        finally:
+            writer.close()
+    finally:
+        store.close()

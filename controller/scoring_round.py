@@ -1,0 +1,116 @@
+"""One controller round: refresh the scoring cache, score, decide, record, desired state.
+
+I/O glue around the pure pieces: controller/scoring_query.py (SQL),
+controller/scoring_decide.py (decisions), controller/scoring_state.py
+(selections table).  The rollout side takes the DesiredState list.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from controller.desired_state import DesiredEntry, DesiredState
+from controller.scoring_config import ScoringConfig
+from controller.scoring_decide import EXPIRE_SECONDS_DEFAULT, ON_BBR, PopSummary, decide, summarize
+from controller.scoring_query import Window, epoch_seconds, refresh, score_prefixes, window_for
+from controller.scoring_state import load_previous, write_round
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from controller.store import Store
+
+log = logging.getLogger("dyncc.control")
+
+
+@dataclass
+class RoundResult:
+    round_id: str
+    round_time_ns: int
+    window: Window
+    decisions: pd.DataFrame
+    states: list[DesiredState]
+    summaries: list[PopSummary]
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+    written: int = 0
+
+
+def new_round_id(now: dt.datetime) -> str:
+    return f"{now.astimezone(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
+def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -> list[DesiredState]:
+    """One DesiredState per POP in the decisions: the prefixes on BBR after this round."""
+    states = []
+    for pop, group in decisions.groupby("pop", sort=True):
+        chosen = group[group["decision"].isin(ON_BBR)].sort_values("prefix")
+        entries = [
+            DesiredEntry(
+                prefix=str(r["prefix"]),
+                algorithm=str(r["algorithm"]),
+                duty_cycle=float(r["duty_cycle"]),
+                flap_ratio=float(r["flap_ratio"]),
+                median_delivery_rate=float(r["median_delivery_rate"]),
+                median_min_rtt_ms=float(r["median_min_rtt_ms"]),
+                reason=f"{r['decision']}: {r['reason']}",
+            )
+            for r in chosen.to_dict("records")
+        ]
+        states.append(
+            DesiredState(pop=str(pop), round_id=round_id, round_time_ns=round_time_ns, entries=entries)
+        )
+    return states
+
+
+def run_round(
+    store: Store,
+    cfg: ScoringConfig,
+    now: dt.datetime,
+    pop: str = "",
+    dry_run: bool = False,
+    expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
+) -> RoundResult:
+    """Score every prefix of `pop` ('' = all POPs) at `now`; write selections unless dry_run.
+
+    The scoring_buckets cache is refreshed even in a dry run (derived data, no decision).
+    """
+    started = time.perf_counter()
+    now = now if now.tzinfo else now.replace(tzinfo=dt.UTC)
+    round_time_ns = epoch_seconds(now) * 1_000_000_000 + now.microsecond * 1000
+    round_id = new_round_id(now)
+    window = window_for(now, cfg)
+    timings: dict[str, float] = {}
+
+    t = time.perf_counter()
+    keys = refresh(store, cfg, window, pop, round_time_ns)
+    timings["refresh"] = time.perf_counter() - t
+    t = time.perf_counter()
+    scores = score_prefixes(store, cfg, window, pop, keys)
+    timings["score"] = time.perf_counter() - t
+    t = time.perf_counter()
+    previous = load_previous(store, pop, now)
+    decisions = decide(scores, previous, epoch_seconds(now), cfg, expire_seconds)
+    timings["decide"] = time.perf_counter() - t
+    written = 0
+    if not dry_run:
+        t = time.perf_counter()
+        written = write_round(store, decisions, round_id, round_time_ns)
+        timings["write"] = time.perf_counter() - t
+    states = desired_states(decisions, round_id, round_time_ns)
+    return RoundResult(
+        round_id=round_id,
+        round_time_ns=round_time_ns,
+        window=window,
+        decisions=decisions,
+        states=states,
+        summaries=summarize(decisions),
+        seconds=time.perf_counter() - started,
+        timings=timings,
+        written=written,
+    )

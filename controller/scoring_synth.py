@@ -1,0 +1,100 @@
+"""Synthetic per-socket samples with known scoring answers (tests, demos).
+
+Each prefix follows a pattern over consecutive buckets; the rest of the POP is
+"normal" traffic so the per-bucket threshold sits between the two.  Pure numpy /
+pandas: `samples_frame` builds rows, `insert_samples` (I/O) loads them into tcpinfo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from controller.store import Store
+
+MB = 1_000_000
+GOOD_RATE = (8 * MB, 20 * MB)  # normal prefixes: uniform per sample
+BAD_RATE = (1 * MB, 2 * MB)    # well below any 20th percentile of the normal ones
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """How one prefix behaves in each bucket.
+
+    bad: a per-bucket sequence (cycled) of True = poor rates, False = normal rates;
+    qualifying / small: samples per bucket with bytes_acked 1 MB / 50 KB;
+    rtt_ms: min_rtt; rate_scale multiplies the rates (effect after BBR).
+    """
+
+    bad: tuple[bool, ...]
+    qualifying: int = 8
+    small: int = 0
+    rtt_ms: float = 40.0
+    rate_scale: float = 1.0
+
+
+STEADY_BAD = Pattern(bad=(True,))
+NORMAL = Pattern(bad=(False,))
+FLAPPING = Pattern(bad=(True, False))
+LOW_RTT = Pattern(bad=(True,), rtt_ms=3.0)
+TOO_FEW = Pattern(bad=(True,), qualifying=3)
+SMALL_FLOWS = Pattern(bad=(True,), qualifying=0, small=8)
+
+
+def samples_frame(
+    pop: str,
+    patterns: dict[str, Pattern],
+    start_ts: int,
+    buckets: int,
+    bucket_seconds: int = 300,
+    seed: int = 1,
+) -> pd.DataFrame:
+    """Rows (time, pop, prefix, family, bytes_acked, delivery_rate, min_rtt) for every bucket."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    parts = []
+    for prefix, pat in sorted(patterns.items()):
+        family = 6 if ":" in prefix else 4
+        for b in range(buckets):
+            n = pat.qualifying + pat.small
+            if n == 0:
+                continue
+            lo, hi = BAD_RATE if pat.bad[b % len(pat.bad)] else GOOD_RATE
+            rates = rng.integers(lo, hi, n) * pat.rate_scale
+            offsets = rng.integers(0, bucket_seconds, n)
+            parts.append(
+                pd.DataFrame(
+                    {
+                        "time": start_ts + b * bucket_seconds + offsets,
+                        "pop": pop,
+                        "prefix": prefix,
+                        "family": family,
+                        "bytes_acked": np.r_[np.full(pat.qualifying, 1_000_000), np.full(pat.small, 50_000)],
+                        "delivery_rate": rates.astype("uint64"),
+                        "min_rtt": np.full(n, int(pat.rtt_ms * 1000) + rng.integers(0, 500)),
+                    }
+                )
+            )
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def insert_samples(store: Store, df: pd.DataFrame) -> int:
+    """Insert synthetic rows into tcpinfo (the rollup's MV fills tcpinfo_5m)."""
+    return store.insert_columns(
+        "tcpinfo",
+        {
+            "time": df["time"].to_numpy(dtype="int64").astype("datetime64[s]"),
+            "pop": df["pop"].astype(str).tolist(),
+            "prefix": df["prefix"].astype(str).tolist(),
+            "family": df["family"].to_numpy(dtype="uint8"),
+            "bytes_acked": df["bytes_acked"].to_numpy(dtype="uint64"),
+            "delivery_rate": df["delivery_rate"].to_numpy(dtype="uint64"),
+            "min_rtt": df["min_rtt"].to_numpy(dtype="uint32"),
+        },
+    )

@@ -1,0 +1,57 @@
+-- Per (pop, bucket, prefix) over the lookback window, from the scoring_buckets cache:
+--   counted   = qualifying samples >= %(min_samples)s
+--   stat      = median delivery_rate of qualifying flows (bytes/s)
+--   threshold = quantileExact(%(threshold_quantile)s) of stat over the prefixes
+--               counted in that (pop, bucket)
+--   bad       = counted AND stat < threshold
+-- The thresholds come from a GROUP BY (pop, bucket) joined back with
+-- ANY LEFT JOIN ... USING (no window functions on ClickHouse 18.16).
+-- Parameters: %(source)s, %(pop)s ('' = every POP), %(start)s, %(end)s,
+-- %(min_samples)s, %(threshold_quantile)s; {versions} = the current
+-- (pop, toUInt32(bucket), version) tuples, rendered by controller/scoring_query.py.
+SELECT
+    pop,
+    bucket,
+    prefix,
+    family,
+    samples,
+    qualifying,
+    counted,
+    stat,
+    low,
+    rtt,
+    threshold,
+    toUInt8(counted AND stat < threshold) AS bad,
+    cityHash64(pop, prefix) AS key
+FROM
+(
+    SELECT
+        pop,
+        bucket,
+        prefix,
+        family,
+        samples,
+        qualifying,
+        toUInt8(qualifying >= %(min_samples)s) AS counted,
+        stat,
+        low,
+        rtt
+    FROM scoring_buckets
+    WHERE source = %(source)s
+      AND (%(pop)s = '' OR pop = %(pop)s)
+      AND bucket >= %(start)s AND bucket < %(end)s
+      AND (pop, toUInt32(bucket), version) IN ({versions})
+) AS prefix_buckets
+ANY LEFT JOIN
+(
+    SELECT
+        pop,
+        bucket,
+        quantileExactIf(%(threshold_quantile)s)(stat, qualifying >= %(min_samples)s) AS threshold
+    FROM scoring_buckets
+    WHERE source = %(source)s
+      AND (%(pop)s = '' OR pop = %(pop)s)
+      AND bucket >= %(start)s AND bucket < %(end)s
+      AND (pop, toUInt32(bucket), version) IN ({versions})
+    GROUP BY pop, bucket
+) AS bucket_thresholds USING (pop, bucket)

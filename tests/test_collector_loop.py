@@ -1,0 +1,180 @@
+"""The collect loop, its config and its sinks (own namespace, no servers needed)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from collector.batch_codec import decode_batch
+from collector.collect_config import add_arguments, load_config
+from collector.collect_metrics import CollectMetrics
+from collector.collect_runner import CollectLoop
+from collector.daemon import ConfigError, StopFlag
+from collector.sinks import FileSink, KafkaSink, StdoutSink, read_records
+from controller.cli import main as cli_main
+
+
+def args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+class SlowSink:
+    """Wraps a sink: sleeps on each poll, stops the loop after `polls` polls."""
+
+    def __init__(self, inner: FileSink, stop: StopFlag, delay: float, polls: int) -> None:
+        self.inner, self.stop, self.delay, self.polls, self.seen = inner, stop, delay, polls, 0
+
+    def send_poll(self, batches: list[bytes]) -> None:
+        time.sleep(self.delay)
+        self.inner.send_poll(batches)
+        self.seen += 1
+        if self.seen >= self.polls:
+            self.stop.set("test")
+
+    def service(self, timeout: float = 0.0) -> None:
+        self.inner.service(timeout)
+
+    def close(self, timeout: float) -> int:
+        return self.inner.close(timeout)
+
+
+def run_loop(tmp_path: Path, *argv: str, delay: float = 0.0, polls: int = 3) -> tuple[CollectMetrics, Path]:
+    out = tmp_path / "out.bin"
+    cfg = load_config(args("--sink", "file", "--out", str(out), "--no-default-excludes", *argv))
+    metrics = CollectMetrics(prometheus=True)
+    stop = StopFlag()
+    sink = SlowSink(FileSink(out, metrics), stop, delay, polls)
+    assert CollectLoop(cfg, sink, metrics, stop).run() == 0
+    return metrics, out
+
+
+def test_overrun_is_counted(tmp_path: Path) -> None:
+    metrics, out = run_loop(tmp_path, "--interval", "50ms", "--jitter", "0s", delay=0.08, polls=3)
+    assert metrics.value("dyncc_collect_polls_total") == 3
+    assert metrics.value("dyncc_collect_overruns_total") == 3
+    batches = [decode_batch(r) for r in read_records(out.read_bytes())]
+    assert [b.sequence for b in batches] == list(range(len(batches)))
+    assert len({b.poll_start_ns for b in batches}) == 3
+
+
+def test_poll_within_its_period_is_not_an_overrun(tmp_path: Path) -> None:
+    metrics, _ = run_loop(tmp_path, "--interval", "1s", "--jitter", "0s", polls=2)
+    assert metrics.value("dyncc_collect_polls_total") == 2
+    assert metrics.value("dyncc_collect_overruns_total") == 0
+    assert metrics.value("dyncc_collect_poll_duration_seconds_count") == 2
+
+
+def test_poll_timeout_is_counted(tmp_path: Path) -> None:
+    out = tmp_path / "out.bin"
+    cfg = load_config(args("--sink", "file", "--out", str(out), "--once", "--timeout", "0.000001"))
+    metrics = CollectMetrics(prometheus=False)
+    assert CollectLoop(cfg, FileSink(out, metrics), metrics, StopFlag()).run() == 0
+    assert metrics.value("dyncc_collect_poll_timeouts_total") == 1
+    assert out.read_bytes() == b""
+
+
+def test_toml_then_flags(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text(
+        '[collect]\ninterval = "5m"\nsink = "file"\nout = "/tmp/x"\nport = [443, 80]\n'
+        'exclude = ["10.0.0.0/8"]\nsample = 4\nstate = ["established"]\nmin-bytes-acked = "1KiB"\n'
+    )
+    cfg = load_config(args("--config", str(conf), "--sample", "2", "--interval", "30s"))
+    assert cfg.interval == 30 and cfg.jitter == 3.0
+    assert cfg.sink == "file" and cfg.out == "/tmp/x"
+    assert cfg.poller.filters.local_ports == {443, 80}
+    assert cfg.poller.filters.sample_n == 2
+    assert cfg.poller.filters.min_bytes_acked == 1024
+    assert cfg.poller.states == (1,)
+    assert "10.0.0.0/8" in {str(n) for n in cfg.poller.filters.exclude}
+    assert "127.0.0.0/8" in {str(n) for n in cfg.poller.filters.exclude}
+
+
+@pytest.mark.parametrize(
+    ("argv", "reason"),
+    [
+        (["--interval", "soon"], "bad interval"),
+        (["--interval", "1s", "--jitter", "2s"], "bad jitter"),
+        (["--sink", "file"], "needs --out"),
+        (["--port", "70000"], "bad port"),
+        (["--state", "listening"], "bad state"),
+        (["--exclude", "10.0.0.0/33"], "bad CIDR"),
+        (["--sample", "0"], "bad sample"),
+        (["--netns", "dcol-does-not-exist"], "does not exist"),
+        (["--topic", "a b"], "bad topic"),
+        (["--max-bytes", "12"], "bad max-bytes"),
+        (["--config", "/nonexistent/c.toml"], "cannot read config"),
+    ],
+)
+def test_bad_values_exit_2_with_one_line(
+    argv: list[str], reason: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli_main(["collect", "--once", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and reason in err and err.startswith("dyncc collect:")
+
+
+def test_unknown_toml_key(tmp_path: Path) -> None:
+    conf = tmp_path / "c.toml"
+    conf.write_text("intervall = '5s'\n")
+    with pytest.raises(ConfigError, match="unknown setting 'intervall'"):
+        load_config(args("--config", str(conf)))
+
+
+def test_file_sink_rotates_by_size(tmp_path: Path) -> None:
+    path = tmp_path / "b.bin"
+    sink = FileSink(path, CollectMetrics(prometheus=False), rotate_bytes=1000, keep=2)
+    for i in range(8):  # 404-byte records: two per file
+        sink.send_poll([bytes([i]) * 400])
+    sink.close(1)
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert files == ["b.bin", "b.bin.1", "b.bin.2"]  # records 0 and 1 went with the oldest file
+    assert read_records(path.read_bytes()) == [bytes([6]) * 400, bytes([7]) * 400]
+    assert read_records((tmp_path / "b.bin.1").read_bytes()) == [bytes([4]) * 400, bytes([5]) * 400]
+    assert read_records((tmp_path / "b.bin.2").read_bytes()) == [bytes([2]) * 400, bytes([3]) * 400]
+
+
+def test_stdout_sink_one_json_line_per_socket(tmp_path: Path) -> None:
+    from collector.poller import Poller
+
+    cfg = load_config(args("--no-default-excludes", "--max-rows", "2"))
+    batches = Poller(cfg.poller).poll().batches
+    rows = sum(decode_batch(b).row_count for b in batches)
+    lines: list[str] = []
+    StdoutSink(CollectMetrics(prometheus=False), write=lambda s: lines.extend(s.splitlines())).send_poll(
+        batches
+    )
+    assert len(lines) == rows
+    for line in lines:
+        obj = json.loads(line)
+        assert obj["state_name"] == "established"
+        assert "." in obj["src"] or ":" in obj["src"]
+        assert obj["prefix"].endswith(("/24", "/56"))
+
+
+def test_kafka_queue_drops_oldest_whole_poll() -> None:
+    metrics = CollectMetrics(prometheus=False)
+    # nothing listens on port 9; librdkafka's own queue holds 2 messages, ours 2.5 kB (2 polls)
+    sink = KafkaSink(
+        "127.0.0.1:9",
+        "t",
+        "h",
+        metrics,
+        queue_max_bytes=2500,
+        extra={"queue.buffering.max.messages": 2, "message.timeout.ms": 1000},
+    )
+    for i in range(4):
+        sink.send_poll([bytes([i]) * 500, bytes([i]) * 500])
+        assert sink.queue_bytes <= 2500
+    # poll 0 went to librdkafka; poll 1 waited in our queue and was dropped whole for poll 3
+    assert metrics.value("dyncc_collect_dropped_polls_total") == 1
+    assert metrics.value("dyncc_collect_dropped_batches_total") == 2
+    assert [p.batches[0][:1] for p in sink.queue] == [b"\x02", b"\x03"]
+    assert sink.close(5) > 0  # undeliverable: reported, not hidden
+    assert metrics.value("dyncc_collect_delivery_failures_total") >= 2

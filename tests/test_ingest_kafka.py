@@ -1,0 +1,285 @@
+"""`dyncc ingest` against the real Kafka broker and ClickHouse 18.16: once, never duplicated."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from collector.batch_codec import decode_batch
+from collector.daemon import StopFlag
+from controller.ingest_kafka import CRASH_ENV, KafkaConfig, KafkaLoader
+from controller.ingest_synth import synth_messages
+from controller.ingest_writer import BatchWriter
+from controller.migrate import apply_migrations
+from controller.store import open_store, parse_store_url
+
+pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
+
+
+def _create_topic(brokers: str, topic: str, partitions: int = 3) -> None:
+    admin = AdminClient({"bootstrap.servers": brokers})
+    for f in admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)]).values():
+        f.result(timeout=30)
+
+
+def _produce(brokers: str, topic: str, messages: list[tuple[str, bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": brokers, "enable.idempotence": True, "linger.ms": 5})
+    for key, value in messages:
+        producer.produce(topic, key=key.encode(), value=value)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+
+
+def _msgs(rows: int, seed: int, hosts: int = 6, **kw: object) -> list[tuple[str, bytes]]:
+    return list(synth_messages(rows, hosts=hosts, rows_per_poll=400, seed=seed, max_bytes=40_000, **kw))  # type: ignore[arg-type]
+
+
+def _rows(msgs: list[tuple[str, bytes]]) -> int:
+    return sum(decode_batch(m).row_count for _, m in msgs)
+
+
+def _ingest(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli", "ingest", "--metrics-port", "0", *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+    )
+
+
+def _dup_count(store_url: str) -> int:
+    s = open_store(store_url)
+    try:
+        return int(s.query_rows(
+            "SELECT count() FROM (SELECT host, sequence, cookie FROM tcpinfo GROUP BY host, sequence, cookie "
+            "HAVING count() > 1)")[0][0])
+    finally:
+        s.close()
+
+
+def _count(store_url: str, sql: str = "SELECT count() FROM tcpinfo") -> int:
+    s = open_store(store_url)
+    try:
+        return int(s.query_rows(sql)[0][0])
+    finally:
+        s.close()
+
+
+def test_drain_loads_every_row_and_dead_letters_bad_messages(
+    kafka_brokers: str, kafka_topic: str, clickhouse_db_url: str
+) -> None:
+    _create_topic(kafka_brokers, kafka_topic)
+    msgs = _msgs(6000, seed=1)
+    half = len(msgs) // 2
+    garbage = ("edge00.fra1", b"\x08\x01\x12\xff garbage \xff\xff")
+    truncated = ("edge00.fra1", msgs[half][1][:5000])
+    _produce(kafka_brokers, kafka_topic, msgs[:half] + [garbage, truncated] + msgs[half:])
+    proc = _ingest("--kafka", kafka_brokers, "--topic", kafka_topic, "--group", f"g-{kafka_topic}",
+                   "--clickhouse", clickhouse_db_url, "--drain")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "flush" in proc.stderr and "drained" in proc.stderr
+    assert _count(clickhouse_db_url) == _rows(msgs)
+    assert _dup_count(clickhouse_db_url) == 0
+    s = open_store(clickhouse_db_url)
+    try:
+        dead = s.query_rows("SELECT topic, partition, length(raw), error FROM ingest_dead_letter ORDER BY length(raw)")
+        # the same batch once more: nothing new
+        assert len(dead) == 2 and {d[0] for d in dead} == {kafka_topic}
+        assert [d[2] for d in dead] == sorted([len(garbage[1]), len(truncated[1])])
+        assert all(d[3] for d in dead)
+    finally:
+        s.close()
+
+
+def test_killed_between_insert_and_commit_then_restarted_no_duplicates(
+    kafka_brokers: str, kafka_topic: str, clickhouse_db_url: str
+) -> None:
+    _create_topic(kafka_brokers, kafka_topic, partitions=2)
+    msgs = _msgs(4000, seed=2)
+    _produce(kafka_brokers, kafka_topic, msgs)
+    common = ["--kafka", kafka_brokers, "--topic", kafka_topic, "--group", f"g-{kafka_topic}",
+              "--clickhouse", clickhouse_db_url, "--drain"]
+    crashed = _ingest(*common, env={CRASH_ENV: "1"})
+    assert crashed.returncode == 137, crashed.stderr[-2000:]
+    loaded_before = _count(clickhouse_db_url)
+    assert loaded_before > 0  # the insert landed, the commit did not happen
+    proc = _ingest(*common)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "already loaded" in proc.stderr
+    assert _count(clickhouse_db_url) == _rows(msgs)
+    assert _dup_count(clickhouse_db_url) == 0
+    # the restarted loader saw the crashed flush's batches again and skipped them
+    assert sum(int(n) for n in re.findall(r"(\d+) already loaded", proc.stderr)) > 0
+
+
+class TcpProxy:
+    """127.0.0.1:<port> -> target, that can refuse connections (down) and come back (up)."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self.up()
+
+    def up(self) -> None:
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(16)
+        self.port = ls.getsockname()[1]
+        self._listener = ls
+        t = threading.Thread(target=self._accept, args=(ls,), daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def down(self) -> None:
+        with self._lock:
+            if self._listener is not None:
+                self._listener.close()
+                self._listener = None
+            for c in self._conns:
+                try:
+                    c.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                c.close()
+            self._conns.clear()
+
+    def _accept(self, ls: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while True:
+                ready, _, _ = select.select([a, b], [], [], 1.0)
+                for s in ready:
+                    data = s.recv(1 << 16)
+                    if not data:
+                        return
+                    (b if s is a else a).sendall(data)
+        except (OSError, ValueError):
+            return
+        finally:
+            for s in (a, b):
+                try:
+                    s.close()
+                except OSError:
+                    pass
+
+
+@pytest.fixture
+def ch_proxy(clickhouse_db_url: str) -> Iterator[tuple[TcpProxy, str]]:
+    url = parse_store_url(clickhouse_db_url)
+    proxy = TcpProxy((url.host, url.port))
+    yield proxy, f"clickhouse://{url.user}:@127.0.0.1:{proxy.port}/{url.database}?connect_timeout=1&timeout=10"
+    proxy.down()
+
+
+def _wait(cond: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_clickhouse_down_mid_run_then_back_every_row_once(
+    kafka_brokers: str, kafka_topic: str, clickhouse_db_url: str, ch_proxy: tuple[TcpProxy, str]
+) -> None:
+    proxy, via_proxy = ch_proxy
+    _create_topic(kafka_brokers, kafka_topic)
+    first, second = _msgs(3000, seed=3), _msgs(3000, seed=4, first_sequence=1000)
+    store = open_store(via_proxy)
+    apply_migrations(store)
+    writer = BatchWriter(store)
+    cfg = KafkaConfig(brokers=kafka_brokers, topic=kafka_topic, group=f"g-{kafka_topic}", max_wait=0.3,
+                      backoff_initial=0.2, backoff_max=1.0)
+    stop = StopFlag()
+    loader = KafkaLoader(writer, cfg, stop)
+    result: list[int] = []
+    thread = threading.Thread(target=lambda: result.append(loader.run()), daemon=True)
+    thread.start()
+    try:
+        _produce(kafka_brokers, kafka_topic, first)
+        _wait(lambda: _count(clickhouse_db_url) == _rows(first), 40, "first half loaded")
+        proxy.down()
+        _produce(kafka_brokers, kafka_topic, second)
+        retries = writer.metrics.registry
+        _wait(lambda: (retries.get_sample_value("dyncc_ingest_retries_total") or 0) >= 2 and loader.paused, 30,
+              "paused with retries")
+        assert _count(clickhouse_db_url) == _rows(first)
+        proxy.up()
+        _wait(lambda: _count(clickhouse_db_url) >= _rows(first) + _rows(second) and not loader.paused, 40,
+              "second half loaded")
+    finally:
+        stop.set("test")
+        thread.join(30)
+        store.close()
+        writer.close()
+    assert result == [0]
+    assert _count(clickhouse_db_url) == _rows(first) + _rows(second)
+    assert _dup_count(clickhouse_db_url) == 0
+
+
+def test_two_loaders_share_partitions_and_load_every_row_once(
+    kafka_brokers: str, kafka_topic: str, clickhouse_db_url: str
+) -> None:
+    _create_topic(kafka_brokers, kafka_topic, partitions=4)
+    store0 = open_store(clickhouse_db_url)
+    apply_migrations(store0)
+    store0.close()
+    loaders, threads, stores = [], [], []
+    stop = StopFlag()
+    for _ in range(2):
+        s = open_store(clickhouse_db_url)
+        stores.append(s)
+        cfg = KafkaConfig(brokers=kafka_brokers, topic=kafka_topic, group=f"g-{kafka_topic}", max_wait=0.3)
+        loader = KafkaLoader(BatchWriter(s), cfg, stop)
+        loaders.append(loader)
+        t = threading.Thread(target=loader.run, daemon=True)
+        t.start()
+        threads.append(t)
+    msgs = _msgs(8000, seed=6, hosts=16)
+    try:
+        _wait(lambda: all(lo.assignment for lo in loaders), 40, "both loaders assigned")
+        _produce(kafka_brokers, kafka_topic, msgs)
+        _wait(lambda: _count(clickhouse_db_url) >= _rows(msgs), 60, "all rows")
+    finally:
+        stop.set("test")
+        for t in threads:
+            t.join(30)
+        for lo in loaders:
+            lo.writer.close()
+        for s in stores:
+            s.close()
+    seen = [lo.partitions_seen for lo in loaders]
+    assert all(seen), seen
+    assert not (seen[0] & seen[1])  # no partition consumed by both (no rebalance after the produce)
+    assert _count(clickhouse_db_url) == _rows(msgs)
+    assert _dup_count(clickhouse_db_url) == 0

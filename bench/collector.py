@@ -8,7 +8,8 @@ ends of its connections), then alternates `ss -tin > /dev/null`,
 `dyncc collect --once --sink file` and `dyncc collect --once --sink kafka`
 (the collector runs in the host namespace and dumps the benchmark namespace
 with --netns, so it can reach the broker on 127.0.0.1).  Prints sockets/s for each, the ratio to ss, and each
-command's peak RSS (from wait4).  Everything is torn down at the end.
+command's peak RSS (from wait4), and the per-poll time of a long-running
+collector (no interpreter start-up) for comparison.  Everything is torn down at the end.
 Not part of the test suite.
 """
 
@@ -16,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import resource
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -72,6 +75,44 @@ def timed(cmd: list[str], stdout: int | None = subprocess.DEVNULL) -> tuple[floa
     if proc.returncode != 0:
         print(f"  {' '.join(cmd[-6:])} exited {proc.returncode}: {err.strip()[-500:]}", file=sys.stderr)
     return took, proc.returncode, usage.ru_maxrss
+
+
+def daemon_polls(ns: str, brokers: str, topic: str, polls: int) -> list[float]:
+    """Per-poll times of a long-running collector (no interpreter start-up), from its log."""
+    cmd = [
+        DYNCC,
+        "collect",
+        "--netns",
+        ns,
+        "--no-default-excludes",
+        "--interval",
+        "2s",
+        "--jitter",
+        "0s",
+        "--brokers",
+        brokers,
+        "--topic",
+        topic,
+        "--host",
+        "bench",
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    took: list[float] = []
+    assert proc.stderr is not None
+    try:
+        for line in proc.stderr:
+            m = re.search(r"poll (\d+): .* took=([\d.]+)s", line)
+            if m and int(m.group(1)) > 1:  # the first poll warms caches
+                took.append(float(m.group(2)))
+            if len(took) >= polls:
+                break
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return took
 
 
 def count_sockets(ns: str) -> int:
@@ -172,6 +213,7 @@ def main() -> int:
                         ]
                     )
                 )
+        steady = [] if args.no_kafka else daemon_polls(ns, args.brokers, topic, args.rounds)
         base = statistics.median(t for t, _, _ in runs["ss -tin"])
         print(
             f"\n{'command':<16}{'median s':>10}{'best s':>9}{'sockets/s':>12}{'vs ss':>8}{'peak RSS MB':>13}"
@@ -186,6 +228,12 @@ def main() -> int:
             print(
                 f"{name:<16}{med:>10.3f}{best:>9.3f}{total / med:>12,.0f}{base / med:>7.2f}x{rss:>13.1f}"
                 + (f"  ({fails} failed)" if fails else "")
+            )
+        if steady:
+            med = statistics.median(steady)
+            print(
+                f"{'daemon poll':<16}{med:>10.3f}{min(steady):>9.3f}{total / med:>12,.0f}{base / med:>7.2f}x"
+                f"{'':>13}  (steady state, per poll, Kafka sink)"
             )
         return 0
     finally:

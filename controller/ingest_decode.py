@@ -164,9 +164,90 @@ def _check_header(h: TcpInfoBatch) -> None:
         raise BatchDecodeError(f"batch_index {h.batch_index} >= batch_count {h.batch_count}")
 
 
+def _varint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_COL_TAGS: tuple[bytes, ...] = tuple(_varint_bytes((num << 3) | 2) for num, _ in _FIELDS)
+_ADDR_SET = frozenset(ADDRESS_COLUMNS)
+assert all(len(t) == 2 for t in _COL_TAGS)
+
+
+def _canonical(data: bytes) -> tuple[TcpInfoBatch, list[tuple[int, int] | None]] | None:
+    """The collector's layout: header fields, then every column once in field order.
+
+    Returns (header, spans), raises BatchDecodeError for bad column lengths, or
+    None when the message is laid out differently (the general scan handles it).
+    """
+    n = len(data)
+    first = _COL_TAGS[0]
+    pos = data.find(first)
+    # the header must end exactly where the first column starts: parse it and compare
+    while pos >= 0:
+        header = TcpInfoBatch()
+        try:
+            if header.ParseFromString(data[:pos]) == pos:
+                break
+        except (DecodeError, RuntimeError, ValueError):
+            pass
+        pos = data.find(first, pos + 1)
+    else:
+        return None
+    if any(fd.number >= FIRST_COLUMN_FIELD for fd, _ in header.ListFields()):
+        return None  # a column field before the body: let the general scan decide
+    rows = int(header.row_count)
+    _check_header(header)
+    spans: list[tuple[int, int] | None] = []
+    append = spans.append
+    max_varint = MAX_VARINT_BYTES * rows
+    for tag, name in zip(_COL_TAGS, COLUMN_NAMES, strict=True):
+        if not data.startswith(tag, pos) or pos + 3 > n:
+            return None
+        pos += 2
+        b = data[pos]
+        if b < 0x80:
+            length = b
+            pos += 1
+        else:
+            b2 = data[pos + 1]
+            if b2 < 0x80:
+                length = (b & 0x7F) | (b2 << 7)
+                pos += 2
+            else:
+                try:
+                    length, pos = _read_varint(data, pos)
+                except _Unusual:
+                    return None
+        end = pos + length
+        if end > n:
+            return None
+        if name in _ADDR_SET:
+            if length != 16 * rows:
+                raise BatchDecodeError(
+                    f"column {name} has {length} bytes, expected 16 * row_count = {16 * rows}"
+                )
+        elif length < rows or length > max_varint:
+            if rows == 0:
+                raise BatchDecodeError(f"column {name} has some values, row_count is 0")
+            raise BatchDecodeError(f"column {name}: {length} bytes cannot hold row_count = {rows} values")
+        append((pos, end))
+        pos = end
+    if pos != n:
+        return None
+    return header, spans
+
+
 def scan_batch(data: bytes) -> ScannedBatch:
     """Scan one serialized TcpInfoBatch; raises BatchDecodeError with a one-line reason."""
     data = bytes(data)
+    fast = _canonical(data)
+    if fast is not None:
+        return ScannedBatch(data, fast[0], fast[1])
     try:
         header_bytes, spans = _scan_fields(data)
     except _Unusual:

@@ -36,7 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
       help="wall seconds per round = per scoring bucket (a 5-minute round, accelerated; default 20)")
     a("--rounds", type=int, default=0, help="stop after N rounds")
     a("--duration", default="", help="stop after this long (e.g. 3m); default: --rounds, else until Ctrl-C")
-    a("--poll-interval", default="1s", help="collector poll interval (default 1s)")
+    a("--poll-interval", default="500ms", help="collector poll interval (default 500ms)")
     a("--lookback-buckets", type=int, default=12, help="scoring lookback in rounds (default 12)")
     a("--min-buckets", type=int, default=4,
       help="counted rounds needed before a prefix is scored (default 4)")

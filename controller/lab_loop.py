@@ -37,7 +37,7 @@ class LabOptions:
     round_seconds: int = 20
     rounds: int = 0                 # 0: until `duration` (or stopped)
     duration: float = 0.0           # seconds; 0 with rounds 0: until stopped
-    poll_interval: float = 1.0
+    poll_interval: float = 0.5
     lookback_buckets: int = 12
     min_buckets: int = 4
     slow: int = 2

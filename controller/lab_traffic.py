@@ -1,7 +1,7 @@
 """Continuous real TCP transfers for the lab: a server on the edge, a client per client host.
 
 Protocol: the client sends an 8-byte big-endian byte count, the server answers
-with that many bytes; a connection carries 1-3 such requests (the sizes a mix
+with that many bytes; a connection carries 2-6 such requests (the sizes a mix
 below and above 100 KB), pauses between them, then closes and a new connection
 starts.  The edge is the sender, so the collector in the edge namespace sees
 the server sockets' delivery_rate, and new connections pick up the congestion
@@ -123,7 +123,7 @@ def client_loop(server: str, port: int, seed: int, stop: threading.Event, stats:
                 sock.settimeout(20)
                 sock.connect((server, port))
                 stats.connections += 1
-                for _ in range(rng.randint(1, 3)):
+                for _ in range(rng.randint(2, 6)):
                     n = pick_size(rng)
                     sock.sendall(_REQ.pack(n))
                     left = n
@@ -134,7 +134,7 @@ def client_loop(server: str, port: int, seed: int, stop: threading.Event, stats:
                         left -= len(got)
                     stats.requests += 1
                     stats.bytes += n
-                    if stop.wait(rng.uniform(0.1, 0.4)):
+                    if stop.wait(rng.uniform(0.2, 0.8)):
                         break
         except OSError:
             stats.errors += 1

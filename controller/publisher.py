@@ -77,7 +77,7 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b)?\s*$", re.IGNORECASE)
 
 def opt(args: argparse.Namespace, name: str) -> Any:
     value = getattr(args, name, None)
-    return DEFAULTS[name] if value is None else value
+    return DEFAULTS[name] if value is None or value == "" else value
 
 
 def parse_size(text: str | int, what: str) -> int:
@@ -123,7 +123,8 @@ def add_publish_options(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--staging", choices=["auto", "on", "off"], default="auto",
                    help="canary first (auto: on with --kafka status reports, off with --publish-dir only)")
     r.add_argument("--canary-hosts", action="append", default=[], metavar="POP:HOST,...",
-                   help="canary hosts (else a stable hash-chosen --canary-fraction of the known hosts)")
+                   help="preferred canary hosts, used when known (from reports or --hosts); else a "
+                   "stable hash-chosen --canary-fraction of the known hosts")
     r.add_argument("--canary-fraction", type=float, default=DEFAULTS["canary_fraction"],
                    help="fraction of a POP's hosts in the canary wave (0.1, at least one host)")
     r.add_argument("--hosts", action="append", default=[], metavar="POP:HOST,...",
@@ -228,7 +229,6 @@ def rollout_settings(args: argparse.Namespace) -> RolloutSettings:
     if opt(args, "inventory"):
         inv_hosts, inv_canary = load_inventory(Path(opt(args, "inventory")))
         hosts, canary = _merge(hosts, inv_hosts), _merge(canary, inv_canary)
-    hosts = _merge(hosts, canary)  # canary hosts are hosts
     staging = str(opt(args, "staging"))
     fraction = float(opt(args, "canary_fraction"))
     if not 0 < fraction <= 1:

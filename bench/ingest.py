@@ -4,15 +4,17 @@
                            [--clickhouse clickhouse://default:@127.0.0.1:19000/default]
 
 1. Makes ROWS rows of realistic columns (controller.ingest_synth, encoded by the
-   collector's codec into ~64 KB TcpInfoBatch messages, 8 hosts) and produces
-   them to a fresh 4-partition topic.
+   collector's codec into ~64 KB TcpInfoBatch messages, 8 hosts; topics have 4
+   partitions).
 2. Reference: the same rows as a Native file (SELECT ... FORMAT Native from a
    scratch load), inserted by `clickhouse-client --port P` into a fresh
    database with the full schema (same materialized views the loader feeds).
-3. `dyncc ingest --drain` with one loader, then two loaders (own groups, fresh
-   databases).  A loader's rate is rows / (first message consumed -> last flush
-   committed), from its closing log line; two loaders: total rows over the
-   union of their windows.
+3. `dyncc ingest` with one loader, then two loaders (fresh topic, group and
+   database each time): the loaders start first and the messages are produced
+   once every loader holds partitions (so group joins are not timed); when the
+   table has every row they get SIGTERM.  A loader's rate is rows / (first
+   message consumed -> last flush committed), from its closing log line; two
+   loaders: total rows over the union of their windows.
 4. Prints rows/s and ratios; the bar is one loader >= 0.8 x clickhouse-client.
    The reference runs before and after the loaders; the better one is used.
 """
@@ -86,27 +88,75 @@ def _client(url: str, query: str, stdin: Path | None = None, stdout: Path | None
                 f.close()
 
 
-def _loaders(n: int, kafka: str, topic: str, url: str, rows: int) -> float:
+def _produce(kafka: str, topic: str, msgs: list[tuple[str, bytes]]) -> None:
+    producer = Producer({"bootstrap.servers": kafka, "linger.ms": 20, "batch.size": 1 << 20,
+                         "queue.buffering.max.kbytes": 1 << 20})
+    for host, value in msgs:
+        while True:
+            try:
+                producer.produce(topic, key=host.encode(), value=value)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    assert producer.flush(120) == 0
+
+
+def _topic(admin: AdminClient) -> str:
+    topic = f"bench_ingest_{uuid.uuid4().hex[:8]}"
+    for f in admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)]).values():
+        f.result(timeout=30)
+    return topic
+
+
+def _loaders(n: int, kafka: str, admin: AdminClient, url: str, msgs: list[tuple[str, bytes]], rows: int) -> float:
+    """Start n loaders on a fresh topic, wait until each has partitions, produce, wait for all rows."""
+    topic = _topic(admin)
     group = f"bench-{uuid.uuid4().hex[:8]}"
-    procs = [
-        subprocess.Popen(
+    procs = []
+    for i in range(n):
+        log = open(Path(tempfile.gettempdir()) / f"bench_ingest_{group}_{i}.log", "w+")  # noqa: SIM115
+        procs.append((subprocess.Popen(
             [sys.executable, "-m", "controller.cli", "ingest", "--kafka", kafka, "--topic", topic,
-             "--group", group, "--clickhouse", url, "--drain", "--metrics-port", "0", "--no-migrate"],
-            stderr=subprocess.PIPE, text=True,
-        )
-        for _ in range(n)
-    ]
+             "--group", group, "--clickhouse", url, "--metrics-port", "0", "--no-migrate"],
+            stderr=log, text=True,
+        ), log))
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            texts = [Path(log.name).read_text() for _, log in procs]
+            if all(f"assigned {topic}[" in t for t in texts) and not any(
+                t.rfind("revoked") > t.rfind("assigned") for t in texts
+            ):
+                break
+            time.sleep(0.2)
+        else:
+            raise SystemExit("loaders did not get partitions within 60 s")
+        _produce(kafka, topic, msgs)
+        deadline = time.monotonic() + 600
+        while _count(url) < rows:
+            if time.monotonic() > deadline:
+                raise SystemExit("loaders did not load every row within 600 s")
+            time.sleep(0.2)
+    finally:
+        for p, _ in procs:
+            p.terminate()
+        for p, _ in procs:
+            p.wait(60)
+        for f in admin.delete_topics([topic]).values():
+            f.result(timeout=30)
     windows, loaded = [], 0
-    for p in procs:
-        _, err = p.communicate(timeout=900)
-        if p.returncode != 0:
-            raise SystemExit(f"loader failed ({p.returncode}):\n{err[-3000:]}")
+    for p, log in procs:
+        err = Path(log.name).read_text()
+        log.close()
+        os.unlink(log.name)
         m = _RATE.search(err)
-        if m:
-            loaded += int(m.group(1))
-            windows.append((float(m.group(2)), float(m.group(3))))
-        flushes = err.count(" flush ")
-        print(f"    loader pid {p.pid}: {m.group(1) if m else 0} rows, {flushes} flushes")
+        if p.returncode != 0 or not m:
+            raise SystemExit(f"loader failed ({p.returncode}):\n{err[-3000:]}")
+        loaded += int(m.group(1))
+        windows.append((float(m.group(2)), float(m.group(3))))
+        print(f"    loader pid {p.pid}: {m.group(1)} rows, {err.count(' flush ')} flushes, "
+              f"{float(m.group(3)) - float(m.group(2)):.2f} s")
     got = _count(url)
     if got != rows or loaded != rows:
         raise SystemExit(f"expected {rows} rows, table has {got}, loaders reported {loaded}")
@@ -130,22 +180,7 @@ def main() -> int:
     print(f"made {args.rows} rows in {len(msgs)} messages ({total_bytes / len(msgs) / 1024:.1f} KiB each, "
           f"{total_bytes / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s")
 
-    topic = f"bench_ingest_{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": args.kafka})
-    for f in admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)]).values():
-        f.result(timeout=30)
-    producer = Producer({"bootstrap.servers": args.kafka, "linger.ms": 20, "batch.size": 1 << 20,
-                         "queue.buffering.max.kbytes": 1 << 20})
-    for host, value in msgs:
-        while True:
-            try:
-                producer.produce(topic, key=host.encode(), value=value)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-    assert producer.flush(120) == 0
-    print(f"produced to {topic} (4 partitions)")
 
     dbs: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,13 +208,13 @@ def main() -> int:
         print(f"clickhouse-client native insert: {ref1:,.0f} rows/s")
         url1 = _fresh_db(args.clickhouse, "one")
         dbs.append(url1)
-        one = _loaders(1, args.kafka, topic, url1, args.rows)
+        one = _loaders(1, args.kafka, admin, url1, msgs, args.rows)
         print(f"one loader:  {one:,.0f} rows/s")
         ref2 = reference()
         print(f"clickhouse-client native insert: {ref2:,.0f} rows/s")
         url2 = _fresh_db(args.clickhouse, "two")
         dbs.append(url2)
-        two = _loaders(2, args.kafka, topic, url2, args.rows)
+        two = _loaders(2, args.kafka, admin, url2, msgs, args.rows)
         print(f"two loaders: {two:,.0f} rows/s")
 
     ref = max(ref1, ref2)
@@ -190,8 +225,6 @@ def main() -> int:
     if not args.keep:
         for url in dbs:
             _drop(url)
-        for f in admin.delete_topics([topic]).values():
-            f.result(timeout=30)
     return 0 if one >= 0.8 * ref else 1
 
 

@@ -24,10 +24,10 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from controller.migrate import apply_migrations  # noqa: E402
-from controller.scoring_config import ScoringConfig  # noqa: E402
-from controller.scoring_query import refresh, score_prefixes, window_for  # noqa: E402
-from controller.store import Store, open_store  # noqa: E402
+from controller.migrate import apply_migrations
+from controller.scoring_config import ScoringConfig
+from controller.scoring_query import refresh, score_prefixes, window_for
+from controller.store import Store, open_store
 
 POP = "bench1"
 
@@ -135,7 +135,8 @@ def main() -> int:
         bench_one(args.clickhouse, "clickhouse", sizes, args.samples, args.repeat, args.keep)
     if args.chdb != "off":
         directory = args.chdb or tempfile.mkdtemp(prefix="dyncc-bench-chdb-")
-        bench_one(f"chdb://{directory}?database={{db}}&ttl=off", "chdb", sizes, args.samples, args.repeat, args.keep)
+        url = f"chdb://{directory}?database={{db}}&ttl=off"
+        bench_one(url, "chdb", sizes, args.samples, args.repeat, args.keep)
     return 0
 
 

@@ -36,11 +36,17 @@ class Dilation:
 
     origin_s: int      # first lab bucket boundary (lab clock)
     anchor_s: int      # where it lands (a 5-minute boundary)
-    factor: float
+    round_seconds: int
     buckets: int       # lab buckets covered
 
+    @property
+    def factor(self) -> float:
+        return REAL_BUCKET / self.round_seconds
+
     def map_ns(self, t_ns: int) -> int:
-        return int(self.anchor_s * 1e9 + (t_ns - self.origin_s * 1_000_000_000) * self.factor)
+        """Exact integer mapping (a float would round bucket ends into the next bucket)."""
+        lab_ns = t_ns - self.origin_s * 1_000_000_000
+        return self.anchor_s * 1_000_000_000 + lab_ns * REAL_BUCKET // self.round_seconds
 
     def boundaries(self) -> list[int]:
         """Replayed bucket ends (Unix s), one per lab bucket, in order: the scoring round times."""
@@ -53,7 +59,7 @@ def dilation(first_ns: int, last_ns: int, round_seconds: int, now_s: int) -> Dil
     origin = (first_ns // 1_000_000_000) // round_seconds * round_seconds
     buckets = (last_ns // 1_000_000_000 - origin) // round_seconds + 1
     end = now_s // REAL_BUCKET * REAL_BUCKET
-    return Dilation(origin, end - buckets * REAL_BUCKET, REAL_BUCKET / round_seconds, int(buckets))
+    return Dilation(origin, end - buckets * REAL_BUCKET, round_seconds, int(buckets))
 
 
 def dilate(records: Sequence[bytes], round_seconds: int, now_s: int) -> tuple[list[bytes], Dilation]:

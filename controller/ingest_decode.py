@@ -17,8 +17,9 @@ with the same validation and errors, but:
     cc_index < len(cc_names).  Messages failing that are reported by index
     (GroupDecodeError) so the caller can dead-letter them and decode the rest.
 
-Pure functions; no I/O.  Varint columns come out as uint64, address columns as
-(rows, 16) uint8.
+Pure functions; no I/O.  Varint columns come out as unsigned integers of the
+smallest of uint8 / uint32 / uint64 their encoded widths allow (callers cast to
+the column type), address columns as (rows, 16) uint8.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ _COL_INDEX: dict[int, int] = {num: i for i, (num, _) in enumerate(_FIELDS)}
 _IS_ADDR: tuple[bool, ...] = tuple(name in ADDRESS_COLUMNS for name in COLUMN_NAMES)
 VARINT_COLUMNS: tuple[int, ...] = tuple(i for i, a in enumerate(_IS_ADDR) if not a)
 ADDR_COLUMNS: tuple[int, ...] = tuple(i for i, a in enumerate(_IS_ADDR) if a)
-_SHIFTS = [np.uint64(7 * k) for k in range(MAX_VARINT_BYTES)]
+_ZEROS = bytes(16)
 
 
 class _Unusual(Exception):
@@ -311,64 +312,108 @@ class GroupDecodeError(Exception):
         self.bad = bad
 
 
+_U = np.uint64
+_LENMASK = np.array([0] + [(1 << (8 * min(n, 8))) - 1 for n in range(1, 11)], dtype=np.uint64)
+_M7 = _U(0x7F7F7F7F7F7F7F7F)
+_PAIRS = ((_U(0x007F007F007F007F), _U(0x7F007F007F007F00), _U(1)),
+          (_U(0x00003FFF00003FFF), _U(0x3FFF00003FFF0000), _U(2)),
+          (_U(0x000000000FFFFFFF), _U(0x0FFFFFFF00000000), _U(4)))
+_LENMASK_32 = np.array([0] + [(1 << (8 * min(n, 4))) - 1 for n in range(1, 11)], dtype=np.uint32)
+_M7_32 = np.uint32(0x7F7F7F7F)
+_PAIRS_32 = ((np.uint32(0x007F007F), np.uint32(0x7F007F00), np.uint32(1)),
+             (np.uint32(0x00003FFF), np.uint32(0x3FFF0000), np.uint32(2)))
+PAD = 16  # zero bytes a decode buffer carries after its data
+
+
+def _compact(x: np.ndarray) -> np.ndarray:
+    """Drop the continuation bit of each of the 8 bytes and pack the 7-bit groups (little-endian)."""
+    x &= _M7
+    for keep, move, shift in _PAIRS:
+        t = x & move
+        t >>= shift
+        x &= keep
+        x |= t
+    return x
+
+
+def _compact32(x: np.ndarray) -> np.ndarray:
+    """_compact for 4-byte windows (varints of at most 4 bytes, values < 2**28)."""
+    x &= _M7_32
+    for keep, move, shift in _PAIRS_32:
+        t = x & move
+        t >>= shift
+        x &= keep
+        x |= t
+    return x
+
+
+def _windows(padded: np.ndarray, dtype: str = "<u8") -> np.ndarray:
+    """Little-endian integer view starting at every byte of `padded` (which ends with >= 8 spare bytes)."""
+    return np.ndarray(shape=(padded.size - 8,), dtype=dtype, buffer=padded, strides=(1,))
+
+
+def _decode_known(padded: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Values of the varints at `starts` with `lengths` (uint32 when all are <= 4 bytes, else uint64)."""
+    if int(lengths.max()) <= 4:
+        x32 = _windows(padded, "<u4")[starts]
+        x32 &= _LENMASK_32[lengths]
+        return _compact32(x32)
+    win = _windows(padded)
+    x = win[starts]
+    x &= _LENMASK[lengths]
+    x = _compact(x)
+    long = np.flatnonzero(lengths > 8)
+    if long.size:
+        hi = win[starts[long] + 8] & _LENMASK[lengths[long] - 8]
+        x[long] |= _compact(hi) << _U(56)
+    return x
+
+
 def decode_varints(buf: np.ndarray, count: int) -> np.ndarray:
     """Decode exactly `count` packed varints from uint8 `buf` (validated by the caller) as uint64."""
-    nbytes = buf.size
-    if nbytes == count:
+    if buf.size == count:
         return buf.astype(np.uint64)
+    padded = np.zeros(buf.size + PAD, dtype=np.uint8)
+    padded[: buf.size] = buf
+    ends = np.flatnonzero(buf < 0x80)
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    return _decode_known(padded, starts, ends - starts + 1)
+
+
+def _decode_column(
+    padded: np.ndarray, nbytes: int, seg_lengths: np.ndarray, rows: np.ndarray, name: str,
+    bad: dict[int, str], idx: list[int],
+) -> np.ndarray | None:
+    """Validate (each message's segment holds exactly its rows, varints <= 10 bytes) and decode.
+
+    `padded` holds the segments back to back followed by PAD zero bytes.
+    """
+    buf = padded[:nbytes]
+    total = int(rows.sum())
     term = buf < 0x80
-    if nbytes % count == 0:
-        width = nbytes // count
-        grid = term.reshape(count, width)
-        if grid[:, -1].all() and not grid[:, :-1].any():
-            rows = buf.reshape(count, width)
-            out = (rows[:, 0] & 0x7F).astype(np.uint64)
-            for t in range(1, width):
-                out |= (rows[:, t] & 0x7F).astype(np.uint64) << _SHIFTS[t]
-            return out
+    if nbytes == total and bool((seg_lengths == rows).all()) and bool(term.all()):
+        return buf  # every value is one byte: the bytes are the values (uint8)
     ends = np.flatnonzero(term)
-    lengths = np.diff(ends, prepend=-1)
-    starts = ends - (lengths - 1)
-    out = np.empty(count, dtype=np.uint64)
-    for width in range(1, int(lengths.max()) + 1):
-        sel = np.flatnonzero(lengths == width)
-        if not sel.size:
-            continue
-        s = starts[sel]
-        if width == 1:
-            out[sel] = buf[s]
-            continue
-        block = buf[s[:, None] + np.arange(width)]
-        value = (block[:, 0] & 0x7F).astype(np.uint64)
-        for t in range(1, width):
-            value |= (block[:, t] & 0x7F).astype(np.uint64) << _SHIFTS[t]
-        out[sel] = value
-    return out
-
-
-def _check_varint_column(
-    buf: np.ndarray, seg_lengths: np.ndarray, rows: np.ndarray, name: str, bad: dict[int, str], idx: list[int]
-) -> None:
-    """Every message's segment must hold exactly rows[i] complete varints of <= 10 bytes."""
-    total_rows = int(rows.sum())
-    if buf.size == total_rows and bool((seg_lengths == rows).all()):
-        if bool((buf < 0x80).all()):
-            return
-    term = buf < 0x80
     seg_ends = np.cumsum(seg_lengths)
-    seg_starts = seg_ends - seg_lengths
-    counts = np.add.reduceat(term, seg_starts, dtype=np.int64)
-    last_ok = term[seg_ends - 1]
-    wrong = np.flatnonzero((counts != rows) | ~last_ok)
+    counts = np.diff(np.searchsorted(ends, seg_ends), prepend=0)
+    wrong = np.flatnonzero((counts != rows) | ~term[seg_ends - 1])
     for w in wrong.tolist():
         bad.setdefault(idx[w], f"column {name} does not hold row_count = {int(rows[w])} varints")
-    if not wrong.size:
-        ends = np.flatnonzero(term)
-        if ends.size and int(np.diff(ends, prepend=-1).max()) > MAX_VARINT_BYTES:
-            longest = np.flatnonzero(np.diff(ends, prepend=-1) > MAX_VARINT_BYTES)
-            owners = np.searchsorted(seg_ends, ends[longest], side="right")
-            for w in np.unique(owners).tolist():
-                bad.setdefault(idx[w], f"column {name} has a varint longer than 10 bytes")
+    if wrong.size:
+        return None
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lengths = ends - starts + 1
+    too_long = np.flatnonzero(lengths > MAX_VARINT_BYTES)
+    if too_long.size:
+        owners = np.searchsorted(seg_ends, ends[too_long], side="right")
+        for w in np.unique(owners).tolist():
+            bad.setdefault(idx[w], f"column {name} has a varint longer than 10 bytes")
+        return None
+    return _decode_known(padded, starts, lengths)
 
 
 @dataclass
@@ -396,15 +441,15 @@ def decode_group(batches: Sequence[ScannedBatch]) -> GroupColumns:
         for col, name in enumerate(COLUMN_NAMES):
             starts_l = spans[:, col, 0].tolist()
             ends_l = spans[:, col, 1].tolist()
-            buf = np.frombuffer(
-                b"".join([d[s:e] for d, s, e in zip(datas, starts_l, ends_l, strict=True)]), dtype=np.uint8
-            )
+            pieces = [d[s:e] for d, s, e in zip(datas, starts_l, ends_l, strict=True)]
             if _IS_ADDR[col]:
-                columns[name] = buf.reshape(total_fast, 16)
+                columns[name] = np.frombuffer(b"".join(pieces), dtype=np.uint8).reshape(total_fast, 16)
                 continue
-            _check_varint_column(buf, seg_all[:, col], fast_rows, name, bad, fast)
-            if not bad:
-                columns[name] = decode_varints(buf, total_fast)
+            pieces.append(_ZEROS)
+            padded = np.frombuffer(b"".join(pieces), dtype=np.uint8)
+            values = _decode_column(padded, padded.size - PAD, seg_all[:, col], fast_rows, name, bad, fast)
+            if values is not None and not bad:
+                columns[name] = values
     if not bad and total_fast:
         starts = np.cumsum(fast_rows) - fast_rows
         plen_max = np.maximum.reduceat(columns["client_prefix_len"], starts)

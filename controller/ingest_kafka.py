@@ -4,7 +4,9 @@
     topic's partitions.  enable.auto.commit is off: offsets are committed
     synchronously only after BatchWriter.flush() returned, i.e. after the store
     acknowledged every insert of the group.
-  * Messages are grouped per flush by rows / bytes / age limits.  While one
+  * Messages are grouped per flush by rows / bytes / age limits: a group goes
+    as soon as the insert thread is idle and min_rows wait (or max_wait passed),
+    at the latest when max_rows / max_bytes are reached.  While one
     group is being inserted (on a worker thread), the next is consumed,
     decoded and prepared; groups are inserted and committed strictly in order.
   * Store unavailable: the flush is retried with capped exponential backoff;
@@ -43,6 +45,7 @@ class KafkaConfig:
     topic: str = "tcpinfo"
     group: str = "dyncc-ingest"
     max_rows: int = 200_000
+    min_rows: int = 50_000  # flush at once when the insert thread is idle and this many rows wait
     max_bytes: int = 48 << 20
     max_wait: float = 2.0
     poll_messages: int = 32
@@ -136,12 +139,15 @@ class KafkaLoader:
                     self._take(m)
                 self._reap(wait=False)
                 now = time.monotonic()
-                if self.buffer and not self.paused and (
-                    self.buffer_rows >= self.cfg.max_rows
-                    or self.buffer_bytes >= self.cfg.max_bytes
+                full = self.buffer_rows >= self.cfg.max_rows or self.buffer_bytes >= self.cfg.max_bytes
+                # The insert thread idle and enough rows (or old enough) -> go now: groups grow
+                # to whatever arrives during one insert, up to the limits.
+                ready = self.inflight is None and (
+                    self.buffer_rows >= self.cfg.min_rows
                     or now - self.buffer_since >= self.cfg.max_wait
                     or (not msgs and self.cfg.drain)
-                ):
+                )
+                if self.buffer and not self.paused and (full or ready):
                     self._submit()
                 if now - self._last_lag >= self.cfg.lag_interval:
                     self._update_lag(cached=True)

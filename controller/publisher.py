@@ -262,11 +262,8 @@ def publishing(args: argparse.Namespace) -> Publishing:
                  opt(args, "status_group"))
     if cache_key not in _CACHE:
         signer = Signer.from_file(Path(key))
-        try:
-            sink: ConfigSink = (DirConfigSink(Path(publish_dir)) if publish_dir
-                                else KafkaConfigSink(kafka, opt(args, "config_topic")))
-        except PublishError as exc:
-            raise ConfigError(str(exc)) from exc
+        sink: ConfigSink = (DirConfigSink(Path(publish_dir)) if publish_dir
+                            else KafkaConfigSink(kafka, opt(args, "config_topic")))
         status = (StatusIngestor(kafka, opt(args, "status_topic"), opt(args, "status_group"))
                   if kafka else None)
         _CACHE[cache_key] = Publishing(sink, signer, status)
@@ -342,7 +339,11 @@ def publish_round(store: Store, states: list[DesiredState], args: argparse.Names
     """
     from controller import rollout_store as rs
 
-    engine = make_engine(store, args)
+    try:
+        engine = make_engine(store, args)
+    except PublishError as exc:
+        log.error("nothing published this round: %s", exc)
+        return
     ingest_statuses(store, args)
     desired = {s.pop: s for s in states}
     in_flight = [pop for pop in rs.rollout_pops(store)

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from collector.daemon import ConfigError
+from collector.daemon import ConfigError, setup_logging
 
 log = logging.getLogger("dyncc.rollout")
 
@@ -57,7 +57,8 @@ def register(subparsers: Any) -> None:
                          help="only these POPs (repeatable)")
     _shared(rollout, publish=True)
 
-    kill = subparsers.add_parser("kill-switch", help="publish an empty signed config: agents drop every route")
+    kill = subparsers.add_parser("kill-switch",
+                                 help="publish an empty signed config: agents drop every route")
     target = kill.add_mutually_exclusive_group(required=True)
     target.add_argument("--pop", dest="kill_pops", action="append", default=[], metavar="POP",
                         help="the POP (repeatable)")
@@ -90,6 +91,7 @@ def run(args: argparse.Namespace) -> int | None:
         print(f"wrote {private_path} (private, mode 0600: the controller's --key) and "
               f"{public_path} (public: every agent's --public-key)")
         return 0
+    setup_logging(bool(getattr(args, "verbose", False)))
     store = _store(args)
     try:
         if action == "rollout":
@@ -114,7 +116,10 @@ def _kill_switch(store: Any, args: argparse.Namespace) -> int:
         pops = sorted(set(rs.known_pops(store)) | set(rollout_settings(args).inventory))
         if not pops:
             raise ConfigError("no POP known to the store or inventory; name one with --pop")
-    engine = make_engine(store, args)
+    try:
+        engine = make_engine(store, args)
+    except PublishError as exc:
+        raise ConfigError(str(exc)) from exc
     failed = []
     for pop in pops:
         if args.release:
@@ -155,7 +160,8 @@ def rollout_status(store: Any, pops: list[str] | None = None, now_ns: int | None
         state = rs.load_state(store, pop)
         wave = ""
         if state.phase in ("canary", "rest"):
-            target = ", ".join(state.wave_hosts) if state.phase == "canary" else f"{len(state.wave_hosts)} hosts"
+            target = (", ".join(state.wave_hosts) if state.phase == "canary"
+                      else f"{len(state.wave_hosts)} hosts")
             wave = f", wave v{state.wave_version} -> {target} (started {_ago(state.wave_started_ns, now)})"
         out.append(f"POP {pop}: {state.phase.upper()}  stable v{state.stable_version}{wave}  "
                    f"[{state.event or 'no rollout yet'} {_ago(state.updated_ns, now)}]")
@@ -168,7 +174,8 @@ def rollout_status(store: Any, pops: list[str] | None = None, now_ns: int | None
             for host, r in sorted(reports.items()):
                 role = "canary" if state.phase == "canary" and host in state.wave_hosts else ""
                 out.append(f"  {host:<20} {'v' + str(r.applied_version):>8} "
-                           f"{(r.result + ' v' + str(r.version)):<20} {r.mem_available_bytes / 2**20:>8.0f}Mi "
+                           f"{(r.result + ' v' + str(r.version)):<20} "
+                           f"{r.mem_available_bytes / 2**20:>8.0f}Mi "
                            f"{r.load1:>6.2f}  {role:<7} {_ago(r.received_ns, now)}")
                 if r.errors and r.result not in ("APPLIED", "UNCHANGED"):
                     out.append(f"  {'':<20} errors: {'; '.join(r.errors[:3])}")
@@ -179,7 +186,7 @@ def rollout_status(store: Any, pops: list[str] | None = None, now_ns: int | None
             items = []
             for version, status, kind, entries, targets, reasons, _created in history:
                 to = f" -> {','.join(list(targets))}" if len(list(targets)) else ""
-                why = f" ({list(reasons)[0]})" if status == "rejected" and len(list(reasons)) else ""
+                why = f" ({next(iter(reasons))})" if status == "rejected" and len(list(reasons)) else ""
                 items.append(f"v{int(version)} {status} {kind} {int(entries)} prefixes{to}{why}")
             out.append("  recent configs: " + " | ".join(items))
     return "\n".join(out) + "\n"

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dyncc.scoring")
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+REFRESH_CHUNK = 4  # (pop, bucket)s per cache INSERT
 
 
 @dataclass(frozen=True)
@@ -121,9 +122,11 @@ def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version:
         if (pop_, bucket) not in cached or ver > cached[(pop_, bucket)][0]:
             cached[(pop_, bucket)] = (ver, samples)
     stale = sorted(k for k, samples in fresh.items() if k not in cached or cached[k][1] != samples)
+    template = _sql(f"scoring_refresh_{_kind(cfg)}")
+    for i in range(0, len(stale), REFRESH_CHUNK):
+        # a few buckets per INSERT bound the memory of merging their states
+        store.execute(template.replace("{keys}", _tuples(stale[i : i + REFRESH_CHUNK])), p)
     if stale:
-        sql = _sql(f"scoring_refresh_{_kind(cfg)}").replace("{keys}", _tuples(stale))
-        store.execute(sql, p)
         log.debug("scoring cache: recomputed %d (pop, bucket)s", len(stale))
     keys = [CacheKey(k[0], k[1], version if k in stale else cached[k][0]) for k in fresh]
     return sorted(keys, key=lambda k: (k.pop, k.bucket_ts))

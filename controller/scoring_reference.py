@@ -64,14 +64,15 @@ def reference_timeline(samples: pd.DataFrame, cfg: ScoringConfig, window: Window
         rows.append(
             {
                 "pop": pop,
-                "bucket": int(bucket),
+                "bucket": int(str(bucket)),
                 "prefix": prefix,
-                "family": int(family),
+                "family": int(str(family)),
                 "samples": len(g),
                 "qualifying": len(q),
                 "stat": ch_quantile(rate, 0.5),
                 "low": ch_quantile(rate, 0.1),
-                "rtt": ch_quantile(q["min_rtt"].to_numpy(dtype="float64"), 0.5),
+                # floored like the SQL (18.16 returns UInt32 quantiles of UInt32)
+                "rtt": math.floor(r) if math.isfinite(r := ch_quantile(q["min_rtt"].to_numpy(), 0.5)) else r,
             }
         )
     out = pd.DataFrame(

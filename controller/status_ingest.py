@@ -185,7 +185,7 @@ class StatusIngestor:
             next_offsets = {tp.partition: tp.offset for tp in assign}
             deadline = time.monotonic() + self.timeout
             while any(next_offsets[p] < high_marks[p] for p in high_marks) and time.monotonic() < deadline:
-                for msg in consumer.consume(1000, 0.5):
+                for msg in consumer.consume(1000, 0.1):
                     if msg.error() is not None:
                         log.warning("status consumer: %s", msg.error())
                         continue

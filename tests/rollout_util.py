@@ -50,10 +50,10 @@ def read_topic(brokers: str, topic: str, timeout: float = 20.0) -> list[tuple[st
             deadline = time.monotonic() + timeout
             seen = low
             while seen < high and time.monotonic() < deadline:
-                for msg in consumer.consume(500, 0.5):
+                for msg in consumer.consume(500, 0.1):
                     if msg.error() is None:
                         out.append(((msg.key() or b"").decode(), msg.value() or b""))
-                        seen = msg.offset() + 1
+                        seen = (msg.offset() or 0) + 1
     finally:
         consumer.close()
     return out

@@ -150,8 +150,21 @@ def test_rejected_config_never_written_to_publish_dir(store: Store, tmp_path: Pa
     assert sorted(p.name for p in out.iterdir()) == ["lax.cfg"]
     assert CongestionConfig.FromString((out / "lax.cfg").read_bytes()).version == 1
     assert [(int(r[0]), r[1]) for r in _rows(store, "fra")] == [(1, "rejected")]
-    assert "over_cap" in list(_rows(store, "fra")[0][4])[0]
+    assert "over_cap" in next(iter(_rows(store, "fra")[0][4]))
     before = (out / "lax.cfg").read_bytes()
     publish_round(store, [desired("lax", ["192.0.2.0/24", "198.51.100.0/24", "2001:db8::/56"])], args)
     assert (out / "lax.cfg").read_bytes() == before
     assert _rows(store, "lax")[-1][1] == "rejected"
+
+
+def test_publish_needs_key_and_destination(store: Store, tmp_path: Path) -> None:
+    from collector.daemon import ConfigError
+
+    with pytest.raises(ConfigError, match="--key PRIVATE_PEM is required"):
+        publish_round(store, [desired("lax", ["192.0.2.0/24"])],
+                      control_parser().parse_args(["--publish-dir", str(tmp_path)]))
+    private, _ = make_keys(tmp_path)
+    with pytest.raises(ConfigError, match="nowhere to publish"):
+        publish_round(store, [desired("lax", ["192.0.2.0/24"])],
+                      control_parser().parse_args(["--key", str(private)]))
+    assert store.query_rows("SELECT count() FROM config_versions")[0][0] == 0

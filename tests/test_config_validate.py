@@ -12,7 +12,8 @@ GOOD = ["192.0.2.0/24", "198.51.100.0/24", "2001:db8:0:100::/56"]
 POLICY = ValidationPolicy(deny=parse_deny(["203.0.113.0/24", "198.51.100.53/32"]))
 
 
-def _config(prefixes: list[str], algorithm: str = "bbr", version: int = 5, pop: str = "lax") -> CongestionConfig:
+def _config(prefixes: list[str], algorithm: str = "bbr", version: int = 5,
+            pop: str = "lax") -> CongestionConfig:
     return build_config(pop, version, [PrefixEntry(prefix=p, algorithm=algorithm) for p in prefixes],
                         created_at_ns=1)
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -61,14 +63,13 @@ def test_committed_recording_is_small_and_readable():
 
 
 @pytest.mark.slow
-def test_demo_replay_as_non_root_writes_report_with_plots(tmp_path):
+def test_demo_replay_as_non_root_writes_report_with_plots(request):
     """`dyncc demo` as nobody: one-line reason, replay through ingest + scoring, a report with plots."""
     if os.geteuid() != 0:
         pytest.skip("needs root to switch to the nobody user")
-    work = tmp_path / "demo"
-    work.mkdir()
-    os.chmod(tmp_path, 0o755)
+    work = Path(tempfile.mkdtemp(prefix="dyncc-demo-test-"))  # /tmp: reachable by nobody
     os.chmod(work, 0o777)
+    request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
     dyncc = Path(sys.executable).with_name("dyncc")
     cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
            str(dyncc), "demo", "--workdir", str(work)]

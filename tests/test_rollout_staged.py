@@ -32,11 +32,11 @@ class Env:
         self.store, self.store_url, self.brokers = store, store_url, brokers
         self.cfg_topic, self.status_topic = topic + "_cfg", topic + "_st"
         self.private, self.public = make_keys(tmp_path)
-        self.base = ["--kafka", brokers, "--config-topic", self.cfg_topic, "--status-topic", self.status_topic,
-                     "--key", str(self.private)]
-        self.args = control_parser().parse_args(self.base + [
-            "--canary-hosts", "lax:edge-1", "--soak", "1s", "--wave-timeout", "60s", "--baseline", "10m",
-            "--min-samples", "20", "--min-mem-available", "256M", "--max-load", "8",
+        self.base = ["--kafka", brokers, "--config-topic", self.cfg_topic,
+                     "--status-topic", self.status_topic, "--key", str(self.private)]
+        self.args = control_parser().parse_args([
+            *self.base, "--canary-hosts", "lax:edge-1", "--soak", "1s", "--wave-timeout", "60s",
+            "--baseline", "10m", "--min-samples", "20", "--min-mem-available", "256M", "--max-load", "8",
             "--max-p10-regression", "0.2"])
 
     def round(self, prefixes: list[str], pop: str = "lax") -> None:
@@ -80,11 +80,13 @@ def _start_canary(env: Env) -> None:
     state = env.state()
     assert (state.phase, state.wave_version, state.wave_hosts) == ("canary", 2, ("edge-1",))
     got = env.configs()
-    assert [(k, c.version, list(c.target_hosts)) for k, c in got] == [("lax", 1, []), ("lax/canary", 2, ["edge-1"])]
+    assert [(k, c.version, list(c.target_hosts)) for k, c in got] == [
+        ("lax", 1, []), ("lax/canary", 2, ["edge-1"])]
     assert set(_entries(got[1][1])) == set(D2)
 
 
-def _tcpinfo(store: Store, host: str, prefixes: list[str], start_ns: int, step_ns: int, rates: np.ndarray) -> None:
+def _tcpinfo(store: Store, host: str, prefixes: list[str], start_ns: int, step_ns: int,
+             rates: np.ndarray) -> None:
     n = len(rates)
     time_ns = start_ns + np.arange(n, dtype=np.uint64) * np.uint64(step_ns)
     store.insert_columns("tcpinfo", {
@@ -195,7 +197,7 @@ def test_canary_p10_regression_is_rolled_back(env: Env) -> None:
 def test_controller_restart_keeps_rollout_state(env: Env) -> None:
     _start_canary(env)
     # a "restarted" controller: fresh args namespace, same store and topics
-    env.args = control_parser().parse_args(env.base + ["--soak", "0s", "--canary-hosts", "lax:edge-1"])
+    env.args = control_parser().parse_args([*env.base, "--soak", "0s", "--canary-hosts", "lax:edge-1"])
     env.report(status("edge-1", 2, 2))
     env.round(D2)
     state = env.state()
@@ -209,7 +211,8 @@ def test_kill_switch_pop_all_and_release(env: Env, tmp_path: Path) -> None:
     assert code == 0
     got = env.configs()
     kill = got[-1][1]
-    assert (got[-1][0], kill.pop, kill.version, kill.kill_switch, len(kill.entries)) == ("lax", "lax", 2, True, 0)
+    assert (got[-1][0], kill.pop, kill.version, kill.kill_switch, len(kill.entries)) == (
+        "lax", "lax", 2, True, 0)
     assert env.state().phase == "killed"
     env.round(D2)  # killed POPs publish nothing until released
     assert len(env.configs()) == 3
@@ -220,7 +223,8 @@ def test_kill_switch_pop_all_and_release(env: Env, tmp_path: Path) -> None:
     kills = [(k, c.version) for k, c in env.configs()[3:] if c.kill_switch]
     assert kills == [("fra", 2), ("lax", 3)]
 
-    assert env.control(*env.base, "kill-switch", "--pop", "lax", "--release", "--clickhouse", env.store_url) == 0
+    code = env.control(*env.base, "kill-switch", "--pop", "lax", "--release", "--clickhouse", env.store_url)
+    assert code == 0
     assert env.state().phase == "idle" and env.state("fra").phase == "killed"
     env.round(D1)
     last = env.configs()[-1][1]
@@ -232,7 +236,7 @@ def test_kill_switch_to_publish_dir(store: Store, store_url: str, tmp_path: Path
     out = tmp_path / "cfg"
     args = ["--publish-dir", str(out), "--key", str(private)]
     publish_round(store, [desired("lax", D1)], control_parser().parse_args(args))
-    assert run(control_parser().parse_args(args + ["kill-switch", "--all", "--clickhouse", store_url])) == 0
+    assert run(control_parser().parse_args([*args, "kill-switch", "--all", "--clickhouse", store_url])) == 0
     config = CongestionConfig.FromString((out / "lax.cfg").read_bytes())
     assert config.kill_switch and config.version == 2 and not config.entries and config.signature
 

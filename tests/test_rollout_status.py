@@ -36,8 +36,8 @@ def test_statuses_consumed_into_apply_status(store: Store, kafka_brokers: str, k
     ingestor = StatusIngestor(kafka_brokers, kafka_topic, f"g-{kafka_topic}")
     result = ingestor.ingest(store)
     assert (result.read, result.inserted, result.malformed) == (4, 3, 1)
-    rows = store.query_rows("SELECT host, version, applied_version, result, errors, mem_available_bytes, load1, "
-                            "available_cc FROM apply_status ORDER BY host, received_ns")
+    rows = store.query_rows("SELECT host, version, applied_version, result, errors, mem_available_bytes, "
+                            "load1, available_cc FROM apply_status ORDER BY host, received_ns")
     # order is kept per host (key = host -> one partition); hosts may interleave
     assert [(r[0], int(r[1]), int(r[2]), r[3]) for r in rows] == [
         ("edge-1", 3, 3, "APPLIED"), ("edge-1", 4, 4, "UNCHANGED"), ("edge-2", 3, 2, "FAILED_ROLLED_BACK")]

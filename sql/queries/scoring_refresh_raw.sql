@@ -16,7 +16,7 @@ SELECT
     qualifying,
     rate_q[3],
     rate_q[2],
-    rtt_q
+    floor(rtt_q)
 FROM
 (
     SELECT

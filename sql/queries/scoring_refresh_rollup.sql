@@ -3,7 +3,8 @@
 -- merged here once per bucket instead of on every round (reading millions of
 -- quantile states is what a full rescore would spend its time on).
 --   stat = median, low = 10th percentile of delivery_rate of qualifying flows
---   (bytes_acked > 100 KB, baked into the rollup); rtt = median min_rtt (µs) of them.
+--   (bytes_acked > 100 KB, baked into the rollup); rtt = median min_rtt (µs) of them,
+--   floored: ClickHouse 18.16 returns quantiles of UInt32 as UInt32, newer servers as Float64.
 -- Parameters: %(source)s, %(version)s, %(start)s, %(end)s; {keys} = a list of
 -- (pop, toUInt32(bucket)) tuples rendered by controller/scoring_query.py.
 INSERT INTO scoring_buckets
@@ -19,7 +20,7 @@ SELECT
     qualifying,
     rate_q[3],
     rate_q[2],
-    rtt_q[2]
+    floor(rtt_q[2])
 FROM
 (
     SELECT

@@ -1,0 +1,320 @@
+"""`dyncc control`: score prefixes every 5 minutes and decide which move to BBR.
+
+    dyncc control --clickhouse URL [--every 5m] [--once] [--pop POP] [--dry-run]
+                  [--lookback 3h] [--bucket 5m] [--metrics-port N] ...
+    dyncc control --clickhouse URL explain --pop POP --prefix P
+
+Rounds run on an APScheduler interval aligned to `--every` boundaries (plus
+`--delay` for late data), one at a time, missed runs coalesced.  Each round
+logs one line, updates Prometheus metrics, writes `selections` and hands the
+per-POP DesiredState to the publisher (not with --dry-run).  The rollout
+actions (keygen, rollout, kill-switch) come from controller/rollout_actions.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import logging
+import math
+import time
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from collector.daemon import ConfigError, StopFlag, parse_duration, setup_logging, start_metrics
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Gauge
+
+    from controller.scoring_config import ScoringConfig
+    from controller.scoring_round import RoundResult
+    from controller.store import Store
+
+log = logging.getLogger("dyncc.control")
+
+
+def _optional(module: str) -> ModuleType | None:
+    """The rollout side's modules, when present (they are written separately)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if exc.name != module:
+            raise
+        return None
+
+
+def _add_common(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    default: Any = argparse.SUPPRESS if suppress else None
+    parser.add_argument(
+        "--clickhouse", metavar="URL", default=default,
+        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir",
+    )
+    parser.add_argument(
+        "--at", metavar="TIME", default=default,
+        help="score as of this UTC time (ISO 8601) instead of now (--once / explain)",
+    )
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    _add_common(parser, suppress=False)
+    parser.add_argument("--every", default=None, help="round interval (default: the bucket, 5m)")
+    parser.add_argument("--delay", default=None, help="start rounds this long after a boundary (default 30s)")
+    parser.add_argument("--once", action="store_true", help="run one round now and exit")
+    parser.add_argument("--pop", default="", help="only this POP (default: every POP)")
+    parser.add_argument("--dry-run", action="store_true", help="decide and print; write and publish nothing")
+    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    g = parser.add_argument_group("scoring definitions")
+    g.add_argument("--bucket", default="5m", help="bucket length; not 5m reads raw tcpinfo (lab clock)")
+    g.add_argument("--lookback", default="3h", help="scoring window (default 3h = 36 buckets)")
+    g.add_argument("--min-bytes", type=int, default=102_400,
+                   help="a flow qualifies when bytes_acked > this (not 102400 reads raw tcpinfo)")
+    g.add_argument("--min-bucket-samples", type=int, default=5,
+                   help="qualifying samples for a prefix to count in a bucket (scoring's min_samples)")
+    g.add_argument("--threshold-quantile", type=float, default=0.2, help="per-bucket bad threshold quantile")
+    g.add_argument("--min-buckets", type=int, default=12, help="counted buckets needed to be scored")
+    g.add_argument("--min-duty", type=float, default=0.6)
+    g.add_argument("--max-flap", type=float, default=0.3)
+    g.add_argument("--min-rtt", default="10ms", help="median min_rtt below this: low-RTT, stays on CUBIC")
+    g = parser.add_argument_group("decisions")
+    g.add_argument("--holdout", type=float, default=0.10, help="fraction of candidates kept as control group")
+    g.add_argument("--min-hold", default="24h", help="minimum time on BBR before a revert")
+    g.add_argument("--cooldown", default="24h", help="block re-selection this long after a revert")
+    g.add_argument("--revert-margin", type=float, default=0.05, help="effect must be worse by more than this")
+    g.add_argument("--expire", default="7d", help="release prefixes not seen for this long")
+    g.add_argument("--max-bbr-per-pop", type=int, default=1000, help="cap of prefixes on BBR per POP")
+    g.add_argument("--max-new", type=int, default=100, help="max new selections per POP and round")
+    g.add_argument("--algorithm", default="bbr")
+
+    subparsers = parser.add_subparsers(dest="action", metavar="ACTION")
+    explain = subparsers.add_parser("explain", help="why a prefix got its decision")
+    _add_common(explain, suppress=True)
+    explain.add_argument("--pop", required=True, default=argparse.SUPPRESS)
+    explain.add_argument("--prefix", required=True)
+    rollout = _optional("controller.rollout_actions")
+    if rollout is not None:
+        rollout.register(subparsers)
+    publisher = _optional("controller.publisher")
+    if publisher is not None:
+        publisher.add_publish_options(parser)
+
+
+def scoring_config(args: argparse.Namespace) -> ScoringConfig:
+    """The ScoringConfig from the command line; ConfigError with one line when inconsistent."""
+    from controller.scoring_config import ScoringConfig, ScoringConfigError
+
+    bucket = parse_duration(args.bucket, "bucket")
+    lookback = parse_duration(args.lookback, "lookback")
+    if bucket != int(bucket) or lookback != int(lookback):
+        raise ConfigError("--bucket and --lookback must be whole seconds")
+    try:
+        return ScoringConfig(
+            bucket_seconds=int(bucket),
+            lookback_seconds=int(lookback),
+            min_bytes=args.min_bytes,
+            min_samples=args.min_bucket_samples,
+            threshold_quantile=args.threshold_quantile,
+            min_buckets=args.min_buckets,
+            min_duty=args.min_duty,
+            max_flap=args.max_flap,
+            min_rtt_ms=parse_duration(args.min_rtt, "min-rtt") * 1000,
+            holdout_fraction=args.holdout,
+            min_hold_seconds=int(parse_duration(args.min_hold, "min-hold")),
+            cooldown_seconds=int(parse_duration(args.cooldown, "cooldown")),
+            revert_margin=args.revert_margin,
+            max_per_pop=args.max_bbr_per_pop,
+            max_new_per_round=args.max_new,
+            algorithm=args.algorithm,
+        ).validate()
+    except ScoringConfigError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _round_time(args: argparse.Namespace) -> dt.datetime:
+    text = getattr(args, "at", None)
+    if not text:
+        return dt.datetime.now(dt.UTC)
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(f"bad --at {text!r}: use ISO 8601, e.g. 2024-03-01T12:00:30Z") from exc
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+
+class Metrics:
+    """The controller's Prometheus metrics on a per-instance registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.rounds = Counter("dyncc_control_rounds", "controller rounds", ["result"], registry=r)
+        self.duration = Histogram(
+            "dyncc_control_round_duration_seconds", "round duration",
+            buckets=(0.5, 1, 2, 5, 10, 30, 60, 120), registry=r,
+        )
+        def per_pop(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, ["pop"], registry=r)
+
+        self.scored = per_pop("dyncc_control_prefixes_scored", "prefixes scored last round")
+        self.selected = per_pop("dyncc_control_prefixes_selected", "prefixes on BBR after last round")
+        self.new = per_pop("dyncc_control_prefixes_new", "prefixes newly selected last round")
+        self.reverted = per_pop("dyncc_control_prefixes_reverted", "prefixes reverted last round")
+        self.holdout = per_pop("dyncc_control_prefixes_holdout", "holdout prefixes last round")
+        self.new_total = Counter("dyncc_control_selected", "prefixes newly selected", ["pop"], registry=r)
+        self.reverted_total = Counter("dyncc_control_reverted", "prefixes reverted", ["pop"], registry=r)
+
+    def observe(self, result: RoundResult) -> None:
+        self.rounds.labels("ok").inc()
+        self.duration.observe(result.seconds)
+        for s in result.summaries:
+            self.scored.labels(s.pop).set(s.scored)
+            self.selected.labels(s.pop).set(s.selected)
+            self.new.labels(s.pop).set(s.new)
+            self.reverted.labels(s.pop).set(s.reverted)
+            self.holdout.labels(s.pop).set(s.holdout)
+            self.new_total.labels(s.pop).inc(s.new)
+            self.reverted_total.labels(s.pop).inc(s.reverted)
+
+
+def round_line(result: RoundResult, dry_run: bool) -> str:
+    """The one log line of a round."""
+    s = result.summaries
+    timing = " ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
+    change = [x.holdout_change for x in s if math.isfinite(x.holdout_change)]
+    holdout_change = f", holdout change x{change[0]:.2f}" if len(s) == 1 and change else ""
+    return (
+        f"round {result.round_id}{' (dry run)' if dry_run else ''}: window {result.window.start:%H:%M}-"
+        f"{result.window.end:%H:%M} UTC, {len(s)} POPs, scored {sum(x.scored for x in s)}, "
+        f"on BBR {sum(x.selected for x in s)} (+{sum(x.new for x in s)} new, "
+        f"{sum(x.reverted for x in s)} reverted), holdout {sum(x.holdout for x in s)}{holdout_change}, "
+        f"{result.seconds:.2f}s [{timing}]"
+    )
+
+
+class Controller:
+    """Runs rounds against one store; used by the scheduler and by --once."""
+
+    def __init__(self, store: Store, cfg: ScoringConfig, args: argparse.Namespace, metrics: Metrics) -> None:
+        self.store = store
+        self.cfg = cfg
+        self.args = args
+        self.metrics = metrics
+        self.publisher = None if args.dry_run else _optional("controller.publisher")
+        if self.publisher is not None and not (getattr(args, "kafka", None) or getattr(args, "publish_dir", None)):
+            log.warning("no --kafka or --publish-dir: desired states are recorded but not published")
+            self.publisher = None
+        self.expire_seconds = int(parse_duration(args.expire, "expire"))
+
+    def round(self, now: dt.datetime | None = None) -> RoundResult | None:
+        from controller.scoring_round import run_round
+        from controller.store import StoreError
+
+        try:
+            result = run_round(
+                self.store, self.cfg, now or dt.datetime.now(dt.UTC), pop=self.args.pop,
+                dry_run=self.args.dry_run, expire_seconds=self.expire_seconds,
+            )
+        except StoreError as exc:
+            self.metrics.rounds.labels("error").inc()
+            log.error("round failed: %s", exc)
+            return None
+        self.metrics.observe(result)
+        log.info("%s", round_line(result, self.args.dry_run))
+        if self.publisher is not None and result.states:
+            try:
+                self.publisher.publish_round(self.store, result.states, self.args)
+            except Exception as exc:  # the next round retries; never kill the loop
+                self.metrics.rounds.labels("publish_error").inc()
+                log.error("publishing round %s failed: %s", result.round_id, exc)
+        return result
+
+
+def next_boundary(now: dt.datetime, every: float, delay: float) -> dt.datetime:
+    """The first `every`-aligned instant (plus delay) after now."""
+    epoch = now.timestamp()
+    start = math.floor((epoch - delay) / every) * every + every + delay
+    return dt.datetime.fromtimestamp(start, dt.UTC)
+
+
+def _print_decisions(result: RoundResult) -> None:
+    shown = result.decisions[result.decisions["decision"] != "skip"]
+    for row in shown.to_dict("records"):
+        print(f"{row['pop']}\t{row['prefix']}\t{row['decision']}\t{row['reason']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    action = getattr(args, "action", None)
+    if action not in (None, "explain"):
+        rollout = _optional("controller.rollout_actions")
+        if rollout is None:
+            raise ConfigError(f"action {action!r} is not available")
+        code = rollout.run(args)
+        if code is not None:
+            return int(code)
+        raise ConfigError(f"unknown action {action!r}")
+    setup_logging(getattr(args, "verbose", False))
+    if not args.clickhouse:
+        raise ConfigError("--clickhouse URL is required")
+    cfg = scoring_config(args)
+    from controller.store import open_store
+
+    store = open_store(args.clickhouse)
+    try:
+        if action == "explain":
+            from controller.explain import explain
+
+            print(explain(store, cfg, args.pop, args.prefix, _round_time(args)))
+            return 0
+        return _control(store, cfg, args)
+    finally:
+        store.close()
+
+
+def _control(store: Store, cfg: ScoringConfig, args: argparse.Namespace) -> int:
+    metrics = Metrics()
+    controller = Controller(store, cfg, args, metrics)
+    if args.once:
+        result = controller.round(_round_time(args))
+        if result is None:
+            return 1
+        if args.dry_run:
+            _print_decisions(result)
+        return 0
+    every = parse_duration(args.every, "every") if args.every else float(cfg.bucket_seconds)
+    delay = parse_duration(args.delay, "delay") if args.delay else min(30.0, cfg.bucket_seconds / 10)
+    if every <= 0 or delay >= every:
+        raise ConfigError("--every must be positive and longer than --delay")
+    start_metrics(args.metrics_port, metrics.registry)
+    return schedule(controller, every, delay)
+
+
+def schedule(controller: Controller, every: float, delay: float, stop: StopFlag | None = None) -> int:
+    """Run rounds on aligned boundaries until SIGTERM/SIGINT (or `stop` is set)."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    stop = stop or StopFlag()
+    first = next_boundary(dt.datetime.now(dt.UTC), every, delay)
+    scheduler = BackgroundScheduler(timezone=dt.UTC)
+    scheduler.add_job(
+        controller.round,
+        IntervalTrigger(seconds=every, start_date=first, timezone=dt.UTC),
+        id="control-round",
+        max_instances=1,
+        coalesce=True,
+        misfire_grace_time=max(1, int(every)),
+    )
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    log.info("controller: rounds every %gs, first at %s", every, first.strftime("%H:%M:%S UTC"))
+    scheduler.start()
+    with stop.installed():
+        while not stop.wait(0.5):
+            pass
+    log.info("stopping (%s): waiting for a running round", stop.signal_name or "stop")
+    started = time.monotonic()
+    scheduler.shutdown(wait=True)
+    log.info("stopped after %.1fs", time.monotonic() - started)
+    return 0

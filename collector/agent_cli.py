@@ -149,9 +149,10 @@ def _run_kafka(args: argparse.Namespace, every: float) -> int:
             producer.send(agent.reconcile("start"))
             next_reconcile = time.monotonic() + every
             while not stop.is_set():
-                config = consumer.poll(0.25)
-                if config is not None:
+                configs = consumer.poll(0.25)
+                for config in configs:
                     producer.send(agent.handle(config))
+                if configs:
                     next_reconcile = time.monotonic() + every
                 if watcher.changed.is_set():
                     stop.wait(0.2)  # let a burst of route changes settle

@@ -1,9 +1,12 @@
 """Kafka transport of the edge agent: configs in, ApplyStatus out.
 
-`ConfigConsumer` reads the compacted config topic (key = POP) from the
-beginning of every partition without a consumer group commit, keeps only
-messages whose key is this agent's POP, and during the initial catch-up hands
-back only the latest one (later messages win).  `StatusProducer` writes
+`ConfigConsumer` reads the compacted config topic from the beginning of every
+partition without a consumer group commit and keeps only messages keyed by this
+agent's POP: `<pop>` (POP-wide configs) and `<pop>/canary` (canary waves that
+target some hosts, see docs/rollout.md).  It hands back the latest config of
+each key (later messages win; during the initial catch-up only the latest per
+key), oldest version first, so the agent applies a POP-wide config and then
+decides whether a newer canary wave targets it.  `StatusProducer` writes
 ApplyStatus messages keyed by host.  Undecodable messages are counted and
 skipped.
 """
@@ -35,6 +38,7 @@ class ConfigConsumer:
     ) -> None:
         self.topic = topic
         self.key = pop.encode()
+        self.keys = {self.key, f"{pop}/canary".encode()}
         self._on_error = on_error or (lambda _msg: None)
         self._on_malformed = on_malformed or (lambda: None)
         self._consumer = Consumer({
@@ -49,7 +53,7 @@ class ConfigConsumer:
         self._partitions: set[int] = set()
         self._at_eof: set[int] = set()
         self.caught_up = False
-        self._pending: CongestionConfig | None = None
+        self._pending: dict[bytes, CongestionConfig] = {}
         self._next_assign = 0.0
         self._warned_missing = False
 
@@ -77,12 +81,12 @@ class ConfigConsumer:
                  len(self._partitions))
         return True
 
-    def poll(self, timeout: float) -> CongestionConfig | None:
-        """The newest config for this POP that arrived since the last call (None if none)."""
+    def poll(self, timeout: float) -> list[CongestionConfig]:
+        """The newest config of each of this POP's keys that arrived since the last call, by version."""
         if not self._partitions and not self._assign():
             time.sleep(min(timeout, 0.2))
-            return None
-        latest: CongestionConfig | None = None
+            return []
+        latest: dict[bytes, CongestionConfig] = {}
         for msg in self._consumer.consume(500, timeout):
             err = msg.error()
             if err is not None:
@@ -92,28 +96,29 @@ class ConfigConsumer:
                     self._on_error(str(err))
                     log.warning("config consumer: %s", err)
                 continue
-            if msg.key() != self.key:
+            key = msg.key()
+            if key not in self.keys:
                 continue
+            assert key is not None
             value = msg.value()
             if value is None:
                 log.warning("tombstone for POP %s on %s ignored (use the kill switch)", self.key.decode(),
                             self.topic)
                 continue
             try:
-                latest = CongestionConfig.FromString(value)
+                latest[key] = CongestionConfig.FromString(value)
             except DecodeError:
                 self._on_malformed()
                 log.warning("undecodable config at %s[%s]@%s skipped", self.topic, msg.partition(),
                             msg.offset())
         if self.caught_up:
-            return latest
-        if latest is not None:
-            self._pending = latest
+            return sorted(latest.values(), key=lambda c: c.version)
+        self._pending.update(latest)
         if self._at_eof >= self._partitions:
             self.caught_up = True
-            pending, self._pending = self._pending, None
-            return pending
-        return None
+            pending, self._pending = self._pending, {}
+            return sorted(pending.values(), key=lambda c: c.version)
+        return []
 
     def close(self) -> None:
         self._consumer.close()

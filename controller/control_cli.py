@@ -263,6 +263,11 @@ def run(args: argparse.Namespace) -> int:
 
     store = open_store(args.clickhouse)
     try:
+        for table in ("selections", "scoring_buckets", "tcpinfo_5m"):
+            if not int(store.query_rows(f"EXISTS TABLE {table}")[0][0]):
+                raise ConfigError(
+                    f"table {table} missing in {store.url.redacted()}: run 'dyncc schema apply' first"
+                )
         if action == "explain":
             from controller.explain import explain
 

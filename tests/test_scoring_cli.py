@@ -106,10 +106,18 @@ def test_daemon_metrics_and_sigterm(tmp_path: Path) -> None:
     url = f"chdb://{tmp_path / 'chdb'}?database=ctl&ttl=off"
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    repo = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, "-m", "controller.cli"]
+    missing = subprocess.run([*cmd, "control", "--clickhouse", url, "--once"], capture_output=True, text=True,
+                             env=env, cwd=repo, timeout=60)
+    assert missing.returncode == 2
+    assert "run 'dyncc schema apply' first" in missing.stderr
+    subprocess.run([*cmd, "schema", "apply", "--clickhouse", url], check=True, capture_output=True, env=env,
+                   cwd=repo, timeout=60)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "controller.cli", "control", "--clickhouse", url, "--bucket", "2s",
+        [*cmd, "control", "--clickhouse", url, "--bucket", "2s",
          "--lookback", "72s", "--every", "1s", "--delay", "0.1s", "--metrics-port", str(port)],
-        stderr=subprocess.PIPE, text=True, env=env, cwd=Path(__file__).resolve().parent.parent,
+        stderr=subprocess.PIPE, text=True, env=env, cwd=repo,
     )
     try:
         assert proc.stderr is not None

@@ -33,14 +33,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from confluent_kafka import Producer  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
-from collector.batch_codec import decode_batch  # noqa: E402
-from controller.ingest_synth import synth_messages  # noqa: E402
-from controller.ingest_writer import BatchWriter  # noqa: E402
-from controller.migrate import apply_migrations  # noqa: E402
-from controller.store import open_store, parse_store_url  # noqa: E402
+from collector.batch_codec import decode_batch
+from controller.ingest_synth import synth_messages
+from controller.ingest_writer import BatchWriter
+from controller.migrate import apply_migrations
+from controller.store import open_store, parse_store_url
 
 _RATE = re.compile(r"loaded (\d+) rows in [\d.]+ s \(first message ([\d.]+) -> last flush ([\d.]+)\)")
 
@@ -75,7 +75,17 @@ def _count(url: str) -> int:
 
 def _client(url: str, query: str, stdin: Path | None = None, stdout: Path | None = None) -> float:
     u = parse_store_url(url)
-    cmd = ["clickhouse-client", "--host", u.host, "--port", str(u.port), "--database", u.database, "--query", query]
+    cmd = [
+        "clickhouse-client",
+        "--host",
+        u.host,
+        "--port",
+        str(u.port),
+        "--database",
+        u.database,
+        "--query",
+        query,
+    ]
     fin = open(stdin, "rb") if stdin else None  # noqa: SIM115
     fout = open(stdout, "wb") if stdout else None  # noqa: SIM115
     try:
@@ -89,8 +99,14 @@ def _client(url: str, query: str, stdin: Path | None = None, stdout: Path | None
 
 
 def _produce(kafka: str, topic: str, msgs: list[tuple[str, bytes]]) -> None:
-    producer = Producer({"bootstrap.servers": kafka, "linger.ms": 20, "batch.size": 1 << 20,
-                         "queue.buffering.max.kbytes": 1 << 20})
+    producer = Producer(
+        {
+            "bootstrap.servers": kafka,
+            "linger.ms": 20,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.kbytes": 1 << 20,
+        }
+    )
     for host, value in msgs:
         while True:
             try:
@@ -109,18 +125,41 @@ def _topic(admin: AdminClient) -> str:
     return topic
 
 
-def _loaders(n: int, kafka: str, admin: AdminClient, url: str, msgs: list[tuple[str, bytes]], rows: int) -> float:
+def _loaders(
+    n: int, kafka: str, admin: AdminClient, url: str, msgs: list[tuple[str, bytes]], rows: int
+) -> float:
     """Start n loaders on a fresh topic, wait until each has partitions, produce, wait for all rows."""
     topic = _topic(admin)
     group = f"bench-{uuid.uuid4().hex[:8]}"
     procs = []
     for i in range(n):
         log = open(Path(tempfile.gettempdir()) / f"bench_ingest_{group}_{i}.log", "w+")  # noqa: SIM115
-        procs.append((subprocess.Popen(
-            [sys.executable, "-m", "controller.cli", "ingest", "--kafka", kafka, "--topic", topic,
-             "--group", group, "--clickhouse", url, "--metrics-port", "0", "--no-migrate"],
-            stderr=log, text=True,
-        ), log))
+        procs.append(
+            (
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "controller.cli",
+                        "ingest",
+                        "--kafka",
+                        kafka,
+                        "--topic",
+                        topic,
+                        "--group",
+                        group,
+                        "--clickhouse",
+                        url,
+                        "--metrics-port",
+                        "0",
+                        "--no-migrate",
+                    ],
+                    stderr=log,
+                    text=True,
+                ),
+                log,
+            )
+        )
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -155,8 +194,10 @@ def _loaders(n: int, kafka: str, admin: AdminClient, url: str, msgs: list[tuple[
             raise SystemExit(f"loader failed ({p.returncode}):\n{err[-3000:]}")
         loaded += int(m.group(1))
         windows.append((float(m.group(2)), float(m.group(3))))
-        print(f"    loader pid {p.pid}: {m.group(1)} rows, {err.count(' flush ')} flushes, "
-              f"{float(m.group(3)) - float(m.group(2)):.2f} s")
+        print(
+            f"    loader pid {p.pid}: {m.group(1)} rows, {err.count(' flush ')} flushes, "
+            f"{float(m.group(3)) - float(m.group(2)):.2f} s"
+        )
     got = _count(url)
     if got != rows or loaded != rows:
         raise SystemExit(f"expected {rows} rows, table has {got}, loaders reported {loaded}")
@@ -168,8 +209,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--kafka", default=os.environ.get("DYNCC_TEST_KAFKA", "127.0.0.1:19092"))
-    ap.add_argument("--clickhouse", default=os.environ.get(
-        "DYNCC_TEST_CLICKHOUSE", "clickhouse://default:@127.0.0.1:19000/default"))
+    ap.add_argument(
+        "--clickhouse",
+        default=os.environ.get("DYNCC_TEST_CLICKHOUSE", "clickhouse://default:@127.0.0.1:19000/default"),
+    )
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases and topic")
     args = ap.parse_args()
 
@@ -177,8 +220,10 @@ def main() -> int:
     msgs = list(synth_messages(args.rows, hosts=8, rows_per_poll=280, seed=42, max_bytes=64 * 1024))
     total_bytes = sum(len(m) for _, m in msgs)
     assert sum(decode_batch(m).row_count for _, m in msgs[:3]) > 0
-    print(f"made {args.rows} rows in {len(msgs)} messages ({total_bytes / len(msgs) / 1024:.1f} KiB each, "
-          f"{total_bytes / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"made {args.rows} rows in {len(msgs)} messages ({total_bytes / len(msgs) / 1024:.1f} KiB each, "
+        f"{total_bytes / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s"
+    )
 
     admin = AdminClient({"bootstrap.servers": args.kafka})
 

@@ -203,7 +203,8 @@ class Controller:
         self.args = args
         self.metrics = metrics
         self.publisher = None if args.dry_run else _optional("controller.publisher")
-        if self.publisher is not None and not (getattr(args, "kafka", None) or getattr(args, "publish_dir", None)):
+        target = getattr(args, "kafka", None) or getattr(args, "publish_dir", None)
+        if self.publisher is not None and not target:
             log.warning("no --kafka or --publish-dir: desired states are recorded but not published")
             self.publisher = None
         self.expire_seconds = int(parse_duration(args.expire, "expire"))

@@ -22,12 +22,21 @@ log = logging.getLogger("dyncc.ingest")
 def configure(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--kafka", metavar="BROKERS", help="Kafka bootstrap servers, host:port[,host:port]")
-    a("--clickhouse", required=True, metavar="URL",
-      help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir")
+    a(
+        "--clickhouse",
+        required=True,
+        metavar="URL",
+        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir",
+    )
     a("--topic", default="tcpinfo", help="Kafka topic (default tcpinfo)")
     a("--group", default="dyncc-ingest", help="Kafka consumer group (default dyncc-ingest)")
-    a("--from-file", metavar="PATH", action="append", default=[],
-      help="replay a length-delimited batch file (collector --sink file) instead of Kafka; repeatable")
+    a(
+        "--from-file",
+        metavar="PATH",
+        action="append",
+        default=[],
+        help="replay a length-delimited batch file (collector --sink file) instead of Kafka; repeatable",
+    )
     a("--drain", action="store_true", help="exit 0 once every assigned partition is caught up")
     a("--max-rows", type=int, default=200_000, help="flush after this many rows (default 200000)")
     a("--max-bytes", type=int, default=48 << 20, help="flush after this many message bytes (default 48 MiB)")

@@ -45,10 +45,28 @@ def _types() -> dict[str, str]:
         "uid": "UInt32",
         "inode": "UInt32",
     }
-    u8 = ("ca_state", "retransmits", "probes", "backoff", "options", "snd_wscale", "rcv_wscale", "app_limited")
+    u8 = (
+        "ca_state",
+        "retransmits",
+        "probes",
+        "backoff",
+        "options",
+        "snd_wscale",
+        "rcv_wscale",
+        "app_limited",
+    )
     u64 = {
-        "pacing_rate", "max_pacing_rate", "bytes_acked", "bytes_received", "delivery_rate", "busy_time",
-        "rwnd_limited", "sndbuf_limited", "bytes_sent", "bytes_retrans", "bbr_bw",
+        "pacing_rate",
+        "max_pacing_rate",
+        "bytes_acked",
+        "bytes_received",
+        "delivery_rate",
+        "busy_time",
+        "rwnd_limited",
+        "sndbuf_limited",
+        "bytes_sent",
+        "bytes_retrans",
+        "bbr_bw",
     }
     from controller.ingest_decode import COLUMN_NAMES
 
@@ -65,7 +83,7 @@ def _types() -> dict[str, str]:
 
 TCPINFO_TYPES.update(_types())
 
-_NUMPY = {
+_NUMPY: dict[str, np.dtype] = {
     "UInt8": np.dtype("<u1"),
     "UInt16": np.dtype("<u2"),
     "UInt32": np.dtype("<u4"),
@@ -121,7 +139,9 @@ def prefix_column(prefix16: np.ndarray, plen: np.ndarray) -> StrColumn:
     if not (
         np.array_equal(prefix16[first][inverse], prefix16) and np.array_equal(plen[first][inverse], plen)
     ):  # hash collision (practically never): exact but slower path
-        rows = np.concatenate([np.ascontiguousarray(prefix16, dtype=np.uint8), lens.astype(np.uint8)[:, None]], 1)
+        rows = np.concatenate(
+            [np.ascontiguousarray(prefix16, dtype=np.uint8), lens.astype(np.uint8)[:, None]], 1
+        )
         _, first, inverse = np.unique(rows.view("S17").ravel(), return_index=True, return_inverse=True)
     raw = np.ascontiguousarray(prefix16[first], dtype=np.uint8)
     values = [format_prefix(raw[i].tobytes(), int(plen[first[i]])) for i in range(len(first))]
@@ -177,6 +197,4 @@ def numpy_dtype(ch_type: str) -> np.dtype | None:
 
 def to_insert_columns(prepared: Prepared) -> dict[str, np.ndarray]:
     """Plain numpy/object columns for Store.insert_columns (chDB path)."""
-    return {
-        name: col.to_objects() if isinstance(col, StrColumn) else col for name, col in prepared.items()
-    }
+    return {name: col.to_objects() if isinstance(col, StrColumn) else col for name, col in prepared.items()}

@@ -315,13 +315,17 @@ class GroupDecodeError(Exception):
 _U = np.uint64
 _LENMASK = np.array([0] + [(1 << (8 * min(n, 8))) - 1 for n in range(1, 11)], dtype=np.uint64)
 _M7 = _U(0x7F7F7F7F7F7F7F7F)
-_PAIRS = ((_U(0x007F007F007F007F), _U(0x7F007F007F007F00), _U(1)),
-          (_U(0x00003FFF00003FFF), _U(0x3FFF00003FFF0000), _U(2)),
-          (_U(0x000000000FFFFFFF), _U(0x0FFFFFFF00000000), _U(4)))
+_PAIRS = (
+    (_U(0x007F007F007F007F), _U(0x7F007F007F007F00), _U(1)),
+    (_U(0x00003FFF00003FFF), _U(0x3FFF00003FFF0000), _U(2)),
+    (_U(0x000000000FFFFFFF), _U(0x0FFFFFFF00000000), _U(4)),
+)
 _LENMASK_32 = np.array([0] + [(1 << (8 * min(n, 4))) - 1 for n in range(1, 11)], dtype=np.uint32)
 _M7_32 = np.uint32(0x7F7F7F7F)
-_PAIRS_32 = ((np.uint32(0x007F007F), np.uint32(0x7F007F00), np.uint32(1)),
-             (np.uint32(0x00003FFF), np.uint32(0x3FFF0000), np.uint32(2)))
+_PAIRS_32 = (
+    (np.uint32(0x007F007F), np.uint32(0x7F007F00), np.uint32(1)),
+    (np.uint32(0x00003FFF), np.uint32(0x3FFF0000), np.uint32(2)),
+)
 PAD = 16  # zero bytes a decode buffer carries after its data
 
 
@@ -383,8 +387,13 @@ def decode_varints(buf: np.ndarray, count: int) -> np.ndarray:
 
 
 def _decode_column(
-    padded: np.ndarray, nbytes: int, seg_lengths: np.ndarray, rows: np.ndarray, name: str,
-    bad: dict[int, str], idx: list[int],
+    padded: np.ndarray,
+    nbytes: int,
+    seg_lengths: np.ndarray,
+    rows: np.ndarray,
+    name: str,
+    bad: dict[int, str],
+    idx: list[int],
 ) -> np.ndarray | None:
     """Validate (each message's segment holds exactly its rows, varints <= 10 bytes) and decode.
 

@@ -1,24 +1,24 @@
 """The Kafka side of `dyncc ingest`: consumer group loop, flush policy, offsets, backoff.
 
-  * confluent-kafka consumer in group `--group`; several loaders share the
-    topic's partitions.  enable.auto.commit is off: offsets are committed
-    synchronously only after BatchWriter.flush() returned, i.e. after the store
-    acknowledged every insert of the group.
-  * Messages are grouped per flush by rows / bytes / age limits: a group goes
-    as soon as the insert thread is idle and min_rows wait (or max_wait passed),
-    at the latest when max_rows / max_bytes are reached.  While one
-    group is being inserted (on a worker thread), the next is consumed,
-    decoded and prepared; groups are inserted and committed strictly in order.
-  * Store unavailable: the flush is retried with capped exponential backoff;
-    meanwhile the assigned partitions are paused and poll() keeps running, so
-    the loader stays in the group (max.poll.interval.ms is never exceeded) and
-    nothing is committed.  After the flush succeeds consumption resumes.
-  * Rebalance: before partitions are revoked the buffered group is flushed and
-    committed (or, if the store is down, dropped uncommitted for the next owner).
-  * --drain: exit once every assigned partition has lag 0 after an idle poll.
-  * Fault injection for tests: DYNCC_INGEST_CRASH_AFTER_INSERT=1 makes the
-    process exit (os._exit(137), like SIGKILL) right after a flush succeeded and
-    before its offsets are committed.
+* confluent-kafka consumer in group `--group`; several loaders share the
+  topic's partitions.  enable.auto.commit is off: offsets are committed
+  synchronously only after BatchWriter.flush() returned, i.e. after the store
+  acknowledged every insert of the group.
+* Messages are grouped per flush by rows / bytes / age limits: a group goes
+  as soon as the insert thread is idle and min_rows wait (or max_wait passed),
+  at the latest when max_rows / max_bytes are reached.  While one
+  group is being inserted (on a worker thread), the next is consumed,
+  decoded and prepared; groups are inserted and committed strictly in order.
+* Store unavailable: the flush is retried with capped exponential backoff;
+  meanwhile the assigned partitions are paused and poll() keeps running, so
+  the loader stays in the group (max.poll.interval.ms is never exceeded) and
+  nothing is committed.  After the flush succeeds consumption resumes.
+* Rebalance: before partitions are revoked the buffered group is flushed and
+  committed (or, if the store is down, dropped uncommitted for the next owner).
+* --drain: exit once every assigned partition has lag 0 after an idle poll.
+* Fault injection for tests: DYNCC_INGEST_CRASH_AFTER_INSERT=1 makes the
+  process exit (os._exit(137), like SIGKILL) right after a flush succeeded and
+  before its offsets are committed.
 """
 
 from __future__ import annotations
@@ -152,8 +152,12 @@ class KafkaLoader:
                 if now - self._last_lag >= self.cfg.lag_interval:
                     self._update_lag(cached=True)
                 if (
-                    self.cfg.drain and not msgs and not self.buffer and self.inflight is None
-                    and not self.paused and self._caught_up()
+                    self.cfg.drain
+                    and not msgs
+                    and not self.buffer
+                    and self.inflight is None
+                    and not self.paused
+                    and self._caught_up()
                 ):
                     log.info("drained: lag 0 on %s", _tps(self.assignment))
                     return 0
@@ -168,7 +172,11 @@ class KafkaLoader:
                 log.info(
                     "loaded %d rows in %.3f s (first message %.3f -> last flush %.3f): %.0f rows/s; "
                     "%.1f s waiting for inserts",
-                    self.rows_loaded, span, self.first_message_at, self.last_flush_at, self.rows_loaded / span,
+                    self.rows_loaded,
+                    span,
+                    self.first_message_at,
+                    self.last_flush_at,
+                    self.rows_loaded / span,
                     self.waited,
                 )
             try:
@@ -201,7 +209,7 @@ class KafkaLoader:
     # ------------------------------------------------------------ flushing
 
     def _submit(self) -> None:
-        """Prepare the buffered group (overlapping the in-flight insert), then hand it to the insert thread."""
+        """Prepare the buffered group (overlapping the in-flight insert), then hand it over."""
         items = self.buffer
         self._clear()
         pending = [self.inflight[1]] if self.inflight is not None else []
@@ -271,7 +279,9 @@ class KafkaLoader:
             try:
                 result = self.writer.flush(items)
             except StoreError as exc:
-                log.warning("store unavailable; %d messages left uncommitted for redelivery: %s", len(items), exc)
+                log.warning(
+                    "store unavailable; %d messages left uncommitted for redelivery: %s", len(items), exc
+                )
                 return
             self._clear()
             self._committed(items, result)
@@ -294,8 +304,11 @@ class KafkaLoader:
                 self.consumer.commit(offsets=offsets, asynchronous=False)
             except KafkaException as exc:
                 log.warning("commit failed (rows are loaded; a redelivery will be deduplicated): %s", exc)
-        log.info("flush %s; committed %s", result.summary(),
-                 ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(ends.items())))
+        log.info(
+            "flush %s; committed %s",
+            result.summary(),
+            ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(ends.items())),
+        )
         self.rows_loaded += result.rows
         self.last_flush_at = time.time()
         self.backoff = self.cfg.backoff_initial
@@ -323,7 +336,9 @@ class KafkaLoader:
             pos = tp.offset
             if pos < 0:
                 if committed is None:
-                    committed = {(x.topic, x.partition): x.offset for x in c.committed(assignment, timeout=5.0)}
+                    committed = {
+                        (x.topic, x.partition): x.offset for x in c.committed(assignment, timeout=5.0)
+                    }
                 pos = committed.get((tp.topic, tp.partition), -1)
                 if pos < 0:
                     pos = low

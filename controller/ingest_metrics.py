@@ -12,10 +12,16 @@ class IngestMetrics:
         self.rows = Counter("dyncc_ingest_rows", "Rows inserted into tcpinfo", registry=r)
         self.batches = Counter("dyncc_ingest_batches", "Batches inserted (including empty ones)", registry=r)
         self.duplicates = Counter(
-            "dyncc_ingest_duplicate_batches", "Batches skipped because the ledger already had them", registry=r
+            "dyncc_ingest_duplicate_batches",
+            "Batches skipped because the ledger already had them",
+            registry=r,
         )
-        self.dead_letters = Counter("dyncc_ingest_dead_letters", "Messages sent to ingest_dead_letter", registry=r)
-        self.retries = Counter("dyncc_ingest_retries", "Flush attempts that failed and were retried", registry=r)
+        self.dead_letters = Counter(
+            "dyncc_ingest_dead_letters", "Messages sent to ingest_dead_letter", registry=r
+        )
+        self.retries = Counter(
+            "dyncc_ingest_retries", "Flush attempts that failed and were retried", registry=r
+        )
         self.gaps = Counter("dyncc_ingest_sequence_gaps", "Per-host sequence gaps detected", registry=r)
         self.missing = Counter(
             "dyncc_ingest_missing_batches", "Batches missing inside detected sequence gaps", registry=r
@@ -27,6 +33,11 @@ class IngestMetrics:
             registry=r,
         )
         self.lag = Gauge(
-            "dyncc_ingest_consumer_lag", "Messages behind the partition end", ["topic", "partition"], registry=r
+            "dyncc_ingest_consumer_lag",
+            "Messages behind the partition end",
+            ["topic", "partition"],
+            registry=r,
         )
-        self.paused = Gauge("dyncc_ingest_paused", "1 while consumption is paused (store unavailable)", registry=r)
+        self.paused = Gauge(
+            "dyncc_ingest_paused", "1 while consumption is paused (store unavailable)", registry=r
+        )

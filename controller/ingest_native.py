@@ -87,10 +87,12 @@ class SchemaMismatch(Exception):
     """The server table does not have the columns we send."""
 
 
-class NativeInsertClient(Client):  # type: ignore[misc]
+class NativeInsertClient(Client):
     """clickhouse_driver.Client that sends NativeColumns as one pre-serialized block."""
 
-    def send_data(self, sample_block: Any, data: Any, types_check: bool = False, columnar: bool = False) -> int:
+    def send_data(
+        self, sample_block: Any, data: Any, types_check: bool = False, columnar: bool = False
+    ) -> int:
         if not (isinstance(data, list) and len(data) == 1 and isinstance(data[0], NativeColumns)):
             return int(super().send_data(sample_block, data, types_check=types_check, columnar=columnar))
         native: NativeColumns = data[0]

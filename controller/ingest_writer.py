@@ -176,8 +176,13 @@ class BatchWriter:
             result.dead_letters.append((nonempty[index][0], reason))
         bad_ids = {nonempty[i][1].identity for i in bad}
         tracked = [
-            SeenBatch(b.header.host, int(b.header.run_id), int(b.header.sequence), b.header.pop,
-                      int(b.header.poll_start_ns // 1_000_000_000))
+            SeenBatch(
+                b.header.host,
+                int(b.header.run_id),
+                int(b.header.sequence),
+                b.header.pop,
+                int(b.header.poll_start_ns // 1_000_000_000),
+            )
             for _, b in unique
             if b.identity not in bad_ids
         ]
@@ -226,13 +231,21 @@ class BatchWriter:
         m.missing.inc(sum(g.missing for g in result.gaps))
         for item, reason in result.dead_letters:
             log.warning(
-                "dead letter %s[%d]@%d (%d bytes): %s", item.topic, item.partition, item.offset,
-                len(item.value), reason,
+                "dead letter %s[%d]@%d (%d bytes): %s",
+                item.topic,
+                item.partition,
+                item.offset,
+                len(item.value),
+                reason,
             )
         for g in result.gaps:
             log.warning(
                 "sequence gap: host %s run %d missing batches %d..%d (%d)",
-                g.host, g.run_id, g.from_sequence, g.to_sequence, g.missing,
+                g.host,
+                g.run_id,
+                g.from_sequence,
+                g.to_sequence,
+                g.missing,
             )
         return result
 
@@ -256,7 +269,8 @@ class BatchWriter:
         )
         hosts = ", ".join(sql_params.quote(h) for h in {h for h, _ in ranges})
         rows = self.store.query_rows(
-            f"SELECT DISTINCT host, run_id, sequence FROM ingest_batches WHERE host IN ({hosts}) AND ({conds})"
+            "SELECT DISTINCT host, run_id, sequence FROM ingest_batches "
+            f"WHERE host IN ({hosts}) AND ({conds})"
         )
         found = {(str(h), int(r), int(s)) for h, r, s in rows}
         return found & set(identities)
@@ -264,7 +278,8 @@ class BatchWriter:
     def _ledger_max(self, keys: set[Key]) -> dict[Key, int]:
         hosts = ", ".join(sql_params.quote(h) for h in {h for h, _ in keys})
         rows = self.store.query_rows(
-            f"SELECT host, run_id, max(sequence) FROM ingest_batches WHERE host IN ({hosts}) GROUP BY host, run_id"
+            "SELECT host, run_id, max(sequence) FROM ingest_batches "
+            f"WHERE host IN ({hosts}) GROUP BY host, run_id"
         )
         out = {(str(h), int(r)): int(s) for h, r, s in rows}
         return {k: v for k, v in out.items() if k in keys}
@@ -307,7 +322,9 @@ class BatchWriter:
             "ingest_batches",
             {
                 "inserted_at": np.full(n, _now(), dtype=np.uint32),
-                "batch_time": np.array([b.header.poll_start_ns // 1_000_000_000 for b in batches], dtype=np.uint32),
+                "batch_time": np.array(
+                    [b.header.poll_start_ns // 1_000_000_000 for b in batches], dtype=np.uint32
+                ),
                 "host": np.array([b.header.host for b in batches], dtype=object),
                 "run_id": np.array([b.header.run_id for b in batches], dtype=np.uint64),
                 "sequence": np.array([b.header.sequence for b in batches], dtype=np.uint64),

@@ -93,9 +93,10 @@ class LabAgent:
         out = []
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            config = self._consumer.poll(0.2)
-            if config is not None:
+            configs = self._consumer.poll(0.2)
+            for config in configs:
                 out.append(self.apply(config))
+            if configs:
                 deadline = min(deadline, time.monotonic() + 0.5)
         return out
 

@@ -37,10 +37,17 @@ def test_fast_decoder_matches_reference_codec() -> None:
 
 
 def test_varints_of_every_width() -> None:
-    values = np.array([0, 1, 127, 128, 300, 2**14, 2**21 - 1, 2**32 - 1, 2**35, 2**63, 2**64 - 1], dtype=np.uint64)
+    values = np.array(
+        [0, 1, 127, 128, 300, 2**14, 2**21 - 1, 2**32 - 1, 2**35, 2**63, 2**64 - 1], dtype=np.uint64
+    )
     from collector.batch_codec import encode_varints
 
-    for vals in (values, np.repeat(values, 3), np.full(5, 2**64 - 1, dtype=np.uint64), np.arange(100, dtype=np.uint64)):
+    for vals in (
+        values,
+        np.repeat(values, 3),
+        np.full(5, 2**64 - 1, dtype=np.uint64),
+        np.arange(100, dtype=np.uint64),
+    ):
         buf = np.frombuffer(encode_varints(vals), dtype=np.uint8)
         assert np.array_equal(decode_varints(buf, len(vals)), vals)
 
@@ -146,8 +153,8 @@ def test_prepare_fills_header_columns_per_row() -> None:
     times = np.concatenate([[r.poll_start_ns // 10**9] * r.row_count for r in ref])
     ccs = np.concatenate([r.cc() for r in ref])
     assert list(cols["host"].to_objects()) == list(hosts)  # type: ignore[union-attr]
-    assert np.array_equal(cols["sequence"], seqs)
-    assert np.array_equal(cols["time"], times)
+    assert np.array_equal(np.asarray(cols["sequence"]), seqs)
+    assert np.array_equal(np.asarray(cols["time"]), times)
     assert list(cols["cc"].to_objects()) == list(ccs)  # type: ignore[union-attr]
     assert cols["rtt"].dtype == np.dtype("<u4") and cols["family"].dtype == np.uint8  # type: ignore[union-attr]
 
@@ -156,7 +163,10 @@ def test_native_string_serialization() -> None:
     from controller.ingest_columns import StrColumn
 
     col = StrColumn(np.array([1, 0, 1], dtype=np.int32), ["a", "é" * 100])
-    assert serialize_strings(col) == b"\xc8\x01" + "é".encode() * 100 + b"\x01a" + b"\xc8\x01" + "é".encode() * 100
+    assert (
+        serialize_strings(col)
+        == b"\xc8\x01" + "é".encode() * 100 + b"\x01a" + b"\xc8\x01" + "é".encode() * 100
+    )
 
 
 def test_sequence_gaps() -> None:

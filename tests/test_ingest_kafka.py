@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -49,19 +50,27 @@ def _rows(msgs: list[tuple[str, bytes]]) -> int:
     return sum(decode_batch(m).row_count for _, m in msgs)
 
 
-def _ingest(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _ingest(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "controller.cli", "ingest", "--metrics-port", "0", *args],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
 
 
 def _dup_count(store_url: str) -> int:
     s = open_store(store_url)
     try:
-        return int(s.query_rows(
-            "SELECT count() FROM (SELECT host, sequence, cookie FROM tcpinfo GROUP BY host, sequence, cookie "
-            "HAVING count() > 1)")[0][0])
+        return int(
+            s.query_rows(
+                "SELECT count() FROM (SELECT host, sequence, cookie FROM tcpinfo "
+                "GROUP BY host, sequence, cookie HAVING count() > 1)"
+            )[0][0]
+        )
     finally:
         s.close()
 
@@ -82,16 +91,27 @@ def test_drain_loads_every_row_and_dead_letters_bad_messages(
     half = len(msgs) // 2
     garbage = ("edge00.fra1", b"\x08\x01\x12\xff garbage \xff\xff")
     truncated = ("edge00.fra1", msgs[half][1][:5000])
-    _produce(kafka_brokers, kafka_topic, msgs[:half] + [garbage, truncated] + msgs[half:])
-    proc = _ingest("--kafka", kafka_brokers, "--topic", kafka_topic, "--group", f"g-{kafka_topic}",
-                   "--clickhouse", clickhouse_db_url, "--drain")
+    _produce(kafka_brokers, kafka_topic, [*msgs[:half], garbage, truncated, *msgs[half:]])
+    proc = _ingest(
+        "--kafka",
+        kafka_brokers,
+        "--topic",
+        kafka_topic,
+        "--group",
+        f"g-{kafka_topic}",
+        "--clickhouse",
+        clickhouse_db_url,
+        "--drain",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "flush" in proc.stderr and "drained" in proc.stderr
     assert _count(clickhouse_db_url) == _rows(msgs)
     assert _dup_count(clickhouse_db_url) == 0
     s = open_store(clickhouse_db_url)
     try:
-        dead = s.query_rows("SELECT topic, partition, length(raw), error FROM ingest_dead_letter ORDER BY length(raw)")
+        dead = s.query_rows(
+            "SELECT topic, partition, length(raw), error FROM ingest_dead_letter ORDER BY length(raw)"
+        )
         # the same batch once more: nothing new
         assert len(dead) == 2 and {d[0] for d in dead} == {kafka_topic}
         assert [d[2] for d in dead] == sorted([len(garbage[1]), len(truncated[1])])
@@ -106,8 +126,17 @@ def test_killed_between_insert_and_commit_then_restarted_no_duplicates(
     _create_topic(kafka_brokers, kafka_topic, partitions=2)
     msgs = _msgs(4000, seed=2)
     _produce(kafka_brokers, kafka_topic, msgs)
-    common = ["--kafka", kafka_brokers, "--topic", kafka_topic, "--group", f"g-{kafka_topic}",
-              "--clickhouse", clickhouse_db_url, "--drain"]
+    common = [
+        "--kafka",
+        kafka_brokers,
+        "--topic",
+        kafka_topic,
+        "--group",
+        f"g-{kafka_topic}",
+        "--clickhouse",
+        clickhouse_db_url,
+        "--drain",
+    ]
     crashed = _ingest(*common, env={CRASH_ENV: "1"})
     assert crashed.returncode == 137, crashed.stderr[-2000:]
     loaded_before = _count(clickhouse_db_url)
@@ -150,10 +179,8 @@ class TcpProxy:
                 self._listener.close()
                 self._listener = None
             for c in self._conns:
-                try:
+                with contextlib.suppress(OSError):
                     c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 c.close()
             self._conns.clear()
 
@@ -186,17 +213,18 @@ class TcpProxy:
             return
         finally:
             for s in (a, b):
-                try:
+                with contextlib.suppress(OSError):
                     s.close()
-                except OSError:
-                    pass
 
 
 @pytest.fixture
 def ch_proxy(clickhouse_db_url: str) -> Iterator[tuple[TcpProxy, str]]:
     url = parse_store_url(clickhouse_db_url)
     proxy = TcpProxy((url.host, url.port))
-    yield proxy, f"clickhouse://{url.user}:@127.0.0.1:{proxy.port}/{url.database}?connect_timeout=1&timeout=10"
+    yield (
+        proxy,
+        f"clickhouse://{url.user}:@127.0.0.1:{proxy.port}/{url.database}?connect_timeout=1&timeout=10",
+    )
     proxy.down()
 
 
@@ -218,8 +246,14 @@ def test_clickhouse_down_mid_run_then_back_every_row_once(
     store = open_store(via_proxy)
     apply_migrations(store)
     writer = BatchWriter(store)
-    cfg = KafkaConfig(brokers=kafka_brokers, topic=kafka_topic, group=f"g-{kafka_topic}", max_wait=0.3,
-                      backoff_initial=0.2, backoff_max=1.0)
+    cfg = KafkaConfig(
+        brokers=kafka_brokers,
+        topic=kafka_topic,
+        group=f"g-{kafka_topic}",
+        max_wait=0.3,
+        backoff_initial=0.2,
+        backoff_max=1.0,
+    )
     stop = StopFlag()
     loader = KafkaLoader(writer, cfg, stop)
     result: list[int] = []
@@ -231,12 +265,18 @@ def test_clickhouse_down_mid_run_then_back_every_row_once(
         proxy.down()
         _produce(kafka_brokers, kafka_topic, second)
         retries = writer.metrics.registry
-        _wait(lambda: (retries.get_sample_value("dyncc_ingest_retries_total") or 0) >= 2 and loader.paused, 30,
-              "paused with retries")
+        _wait(
+            lambda: (retries.get_sample_value("dyncc_ingest_retries_total") or 0) >= 2 and loader.paused,
+            30,
+            "paused with retries",
+        )
         assert _count(clickhouse_db_url) == _rows(first)
         proxy.up()
-        _wait(lambda: _count(clickhouse_db_url) >= _rows(first) + _rows(second) and not loader.paused, 40,
-              "second half loaded")
+        _wait(
+            lambda: _count(clickhouse_db_url) >= _rows(first) + _rows(second) and not loader.paused,
+            40,
+            "second half loaded",
+        )
     finally:
         stop.set("test")
         thread.join(30)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
@@ -65,8 +69,15 @@ def test_redelivered_batches_are_skipped(store: Store) -> None:
     assert res.duplicates == 5
     total = sum(decode_batch(m).row_count for m in msgs)
     assert _count(store) == total
-    assert int(store.query_rows("SELECT count() FROM (SELECT host, sequence FROM tcpinfo GROUP BY host, sequence, "
-                                "cookie HAVING count() > 1)")[0][0]) == 0
+    assert (
+        int(
+            store.query_rows(
+                "SELECT count() FROM (SELECT host, sequence FROM tcpinfo GROUP BY host, sequence, "
+                "cookie HAVING count() > 1)"
+            )[0][0]
+        )
+        == 0
+    )
 
 
 def test_bad_messages_dead_lettered_and_the_rest_loaded(store: Store) -> None:
@@ -79,15 +90,22 @@ def test_bad_messages_dead_lettered_and_the_rest_loaded(store: Store) -> None:
     res = BatchWriter(store).flush(items)
     assert len(res.dead_letters) == 2
     assert _count(store) == sum(decode_batch(m).row_count for m in msgs)
-    rows = store.query_rows("SELECT topic, partition, offset, length(raw), error FROM ingest_dead_letter ORDER BY offset")
-    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [("t", 0, 100, len(garbage)), ("t", 1, 101, len(truncated))]
+    rows = store.query_rows(
+        "SELECT topic, partition, offset, length(raw), error FROM ingest_dead_letter ORDER BY offset"
+    )
+    assert [(r[0], r[1], r[2], r[3]) for r in rows] == [
+        ("t", 0, 100, len(garbage)),
+        ("t", 1, 101, len(truncated)),
+    ]
     assert all(r[4] for r in rows)
 
 
 def test_gaps_empty_batches_and_restart_baseline(store: Store) -> None:
     rng = np.random.default_rng(1)
-    header = BatchHeader(host="edge9", pop="ams1", run_id=11, poll_start_ns=1_700_000_000 * 10**9,
-                         cc_names=["cubic", "bbr"])
+    header = BatchHeader(
+        host="edge9", pop="ams1", run_id=11, poll_start_ns=1_700_000_000 * 10**9, cc_names=["cubic", "bbr"]
+    )
+
     def batch(seq: int, rows: int, run_id: int = 11) -> bytes:
         header.run_id = run_id
         return encode_batches(synth_columns(rows, rng), header, seq)[0]
@@ -101,7 +119,90 @@ def test_gaps_empty_batches_and_restart_baseline(store: Store) -> None:
     res3 = BatchWriter(store).write([batch(10, 3), batch(1, 2, run_id=12)])
     assert [(g.from_sequence, g.missing) for g in res3.gaps] == [(9, 1)]  # new run 12: no gap
     rows = store.query_rows(
-        "SELECT host, run_id, from_sequence, to_sequence, missing FROM ingest_sequence_gaps ORDER BY from_sequence"
+        "SELECT host, run_id, from_sequence, to_sequence, missing FROM ingest_sequence_gaps "
+        "ORDER BY from_sequence"
     )
     assert [tuple(r) for r in rows] == [("edge9", 11, 4, 6, 3), ("edge9", 11, 9, 9, 1)]
     assert _count(store) == 10 + 5 + 4 + 3 + 2
+
+
+def test_verify_and_gap_queries(store: Store) -> None:
+    import datetime as dt
+
+    from controller.sql_files import query
+
+    msgs = _msgs(1500, seed=9)
+    BatchWriter(store).write(msgs)
+    span = {"start": dt.datetime(2000, 1, 1), "end": dt.datetime(2100, 1, 1)}
+    assert store.query_rows(query("ingest_verify"), span) == []
+    # a batch loaded twice behind the ledger's back (e.g. a server crash between the two parts) shows up
+    first = decode_batch(msgs[0])
+    store.execute(
+        "INSERT INTO tcpinfo SELECT * FROM tcpinfo WHERE host = %(h)s AND sequence = %(s)s",
+        {"h": first.host, "s": first.sequence},
+    )
+    bad = store.query_rows(query("ingest_verify"), span)
+    assert [(r[0], int(r[2])) for r in bad] == [(first.host, first.sequence)]
+    rng = np.random.default_rng(2)
+    header = BatchHeader(
+        host="edge7", pop="lhr1", run_id=3, poll_start_ns=1_700_000_000 * 10**9, cc_names=["cubic", "bbr"]
+    )
+    BatchWriter(store).write([encode_batches(synth_columns(2, rng), header, s)[0] for s in (1, 4, 9)])
+    assert store.query_rows(query("ingest_gaps"), span) == [
+        ("lhr1", "edge7", 2, 6, dt.datetime(2023, 11, 14, 22, 13, 20))
+    ]
+
+
+def test_cli_replays_a_collector_file_into_chdb(tmp_path: Path) -> None:
+    msgs = _msgs(2000, seed=12)
+    path = tmp_path / "batches.bin"
+    with open(path, "wb") as fh:
+        for m in msgs:
+            fh.write(len(m).to_bytes(4, "big") + m)
+        fh.write((999_999).to_bytes(4, "big") + b"cut off")  # damaged tail
+    url = f"chdb://{tmp_path / 'db'}?database=replay&ttl=off"
+    cmd = [
+        sys.executable,
+        "-m",
+        "controller.cli",
+        "ingest",
+        "--from-file",
+        str(path),
+        "--clickhouse",
+        url,
+        "--metrics-port",
+        "0",
+    ]
+    for _ in range(2):  # the second replay is deduplicated
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "already loaded" in proc.stderr
+    check = (
+        f"from controller.store import open_store; s = open_store({url!r}); "
+        "print(s.query_rows('SELECT count() FROM tcpinfo')[0][0], "
+        "s.query_rows('SELECT count(), min(offset) FROM ingest_dead_letter FINAL')[0])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, timeout=60
+    ).stdout.split(None, 1)
+    assert int(out[0]) == sum(decode_batch(m).row_count for m in msgs)
+    assert out[1].strip() == f"(1, {sum(4 + len(m) for m in msgs)})"
+
+
+def test_cli_rejects_bad_arguments() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "ingest",
+            "--clickhouse",
+            "chdb:///tmp/x",
+            "--metrics-port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and "either --kafka" in proc.stderr and proc.stderr.count("\n") == 1

@@ -10,9 +10,10 @@
    scratch load), inserted by `clickhouse-client --port P` into a fresh
    database with the full schema (same materialized views the loader feeds).
 3. `dyncc ingest` with one loader, then two loaders (fresh topic, group and
-   database each time): the loaders start first and the messages are produced
-   once every loader holds partitions (so group joins are not timed); when the
-   table has every row they get SIGTERM.  A loader's rate is rows / (first
+   database each time).  One loader: the messages are in Kafka first and the
+   loader runs with --drain.  Two loaders: they start first and the messages
+   are produced once both hold partitions (so the rebalance of the second
+   joining is not timed); when the table has every row they get SIGTERM.  A loader's rate is rows / (first
    message consumed -> last flush committed), from its closing log line; two
    loaders: total rows over the union of their windows.
 4. Prints rows/s and ratios; the bar is one loader >= 0.8 x clickhouse-client.
@@ -128,58 +129,59 @@ def _topic(admin: AdminClient) -> str:
 def _loaders(
     n: int, kafka: str, admin: AdminClient, url: str, msgs: list[tuple[str, bytes]], rows: int
 ) -> float:
-    """Start n loaders on a fresh topic, wait until each has partitions, produce, wait for all rows."""
+    """n loaders on a fresh topic; returns rows/s over the loaders' combined window.
+
+    One loader: the messages are produced first and the loader runs with --drain.
+    Several: they start first and the messages are produced once every loader
+    holds partitions (no rebalance inside the timed window); then SIGTERM.
+    """
     topic = _topic(admin)
     group = f"bench-{uuid.uuid4().hex[:8]}"
+    if n == 1:
+        _produce(kafka, topic, msgs)
     procs = []
     for i in range(n):
         log = open(Path(tempfile.gettempdir()) / f"bench_ingest_{group}_{i}.log", "w+")  # noqa: SIM115
-        procs.append(
-            (
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "controller.cli",
-                        "ingest",
-                        "--kafka",
-                        kafka,
-                        "--topic",
-                        topic,
-                        "--group",
-                        group,
-                        "--clickhouse",
-                        url,
-                        "--metrics-port",
-                        "0",
-                        "--no-migrate",
-                    ],
-                    stderr=log,
-                    text=True,
-                ),
-                log,
-            )
-        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "ingest",
+            "--kafka",
+            kafka,
+            "--topic",
+            topic,
+            "--group",
+            group,
+            "--clickhouse",
+            url,
+            "--metrics-port",
+            "0",
+            "--no-migrate",
+        ]
+        procs.append((subprocess.Popen([*cmd, "--drain"] if n == 1 else cmd, stderr=log, text=True), log))
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            texts = [Path(log.name).read_text() for _, log in procs]
-            if all(f"assigned {topic}[" in t for t in texts) and not any(
-                t.rfind("revoked") > t.rfind("assigned") for t in texts
-            ):
-                break
-            time.sleep(0.2)
-        else:
-            raise SystemExit("loaders did not get partitions within 60 s")
-        _produce(kafka, topic, msgs)
+        if n > 1:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                texts = [Path(log.name).read_text() for _, log in procs]
+                if all(f"assigned {topic}[" in t for t in texts) and not any(
+                    t.rfind("revoked") > t.rfind("assigned") for t in texts
+                ):
+                    break
+                time.sleep(0.2)
+            else:
+                raise SystemExit("loaders did not get partitions within 60 s")
+            _produce(kafka, topic, msgs)
         deadline = time.monotonic() + 600
-        while _count(url) < rows:
+        while _count(url) < rows and procs[0][0].poll() is None:
             if time.monotonic() > deadline:
                 raise SystemExit("loaders did not load every row within 600 s")
             time.sleep(0.2)
     finally:
         for p, _ in procs:
-            p.terminate()
+            if p.poll() is None:
+                p.terminate()
         for p, _ in procs:
             p.wait(60)
         for f in admin.delete_topics([topic]).values():

@@ -39,6 +39,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     a("--drain", action="store_true", help="exit 0 once every assigned partition is caught up")
     a("--max-rows", type=int, default=200_000, help="flush after this many rows (default 200000)")
+    a(
+        "--min-rows",
+        type=int,
+        default=50_000,
+        help="flush as soon as the previous insert is done and this many rows wait (default 50000)",
+    )
     a("--max-bytes", type=int, default=48 << 20, help="flush after this many message bytes (default 48 MiB)")
     a("--max-wait", default="2s", help="flush buffered messages at least this often (default 2s)")
     a("--backoff-max", default="30s", help="cap of the retry backoff while the store is down (default 30s)")
@@ -56,7 +62,11 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
     if bool(args.kafka) == bool(args.from_file):
         raise ConfigError("give either --kafka BROKERS or --from-file PATH")
-    for value, name in ((args.max_rows, "--max-rows"), (args.max_bytes, "--max-bytes")):
+    for value, name in (
+        (args.max_rows, "--max-rows"),
+        (args.min_rows, "--min-rows"),
+        (args.max_bytes, "--max-bytes"),
+    ):
         if value < 1:
             raise ConfigError(f"{name} must be positive, got {value}")
     max_wait = parse_duration(args.max_wait, "--max-wait")
@@ -89,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
                 topic=args.topic,
                 group=args.group,
                 max_rows=args.max_rows,
+                min_rows=min(args.min_rows, args.max_rows),
                 max_bytes=args.max_bytes,
                 max_wait=max_wait,
                 drain=args.drain,

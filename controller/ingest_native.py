@@ -3,10 +3,14 @@
 clickhouse-driver's numpy insert still walks every String value in Python and
 copies each numeric column three times; for the ~95-column tcpinfo table that
 costs more than the server's own work.  NativeInsertClient is a
-clickhouse_driver.Client whose INSERT data may be a NativeColumns object:
-each column is serialized with numpy (little-endian integers, FixedString
-bytes, Strings from a small table of distinct values) and written as one
-Native data block on the driver's connection.  Query sending, the sample
+clickhouse_driver.Client whose INSERT data may be
+  * a NativeBlock: a data packet serialized beforehand (serialize_block: numpy
+    little-endian integers, FixedString bytes, Strings from a small table of
+    distinct values) for the column types we expect; it is checked against the
+    server's sample block and written to the socket in one piece;
+  * NativeColumns: the same, serialized for the server's actual column types,
+    with the driver's column writers for types we do not handle (e.g.
+    LowCardinality on newer servers).  Query sending, the sample
 block, errors, end-of-insert and reconnects stay the driver's.  Columns whose
 server type is not one of ours (e.g. LowCardinality on newer servers) are
 written by the driver's own column writers.
@@ -87,12 +91,72 @@ class SchemaMismatch(Exception):
     """The server table does not have the columns we send."""
 
 
+class NativeBlock:
+    """One complete, pre-serialized Native data packet and the column types it was written for.
+
+    Built on the caller's thread (serialize_block) so the inserting thread only
+    writes bytes to the socket (the GIL is released while it sends).
+    """
+
+    def __init__(self, data: bytes, types: dict[str, str], rows: int) -> None:
+        self.data = data
+        self.types = types
+        self.rows = rows
+
+
+def serialize_block(
+    columns: Mapping[str, np.ndarray | StrColumn], rows: int, types: Mapping[str, str], revision: int
+) -> NativeBlock | None:
+    """The Native data packet for `columns` as `types`; None if a type is not one we serialize."""
+    import io
+
+    buf = io.BytesIO()
+    write_varint(ClientPacketTypes.DATA, buf)
+    if revision >= ch_defines.DBMS_MIN_REVISION_WITH_TEMPORARY_TABLES:
+        write_binary_str("", buf)
+    if revision >= ch_defines.DBMS_MIN_REVISION_WITH_BLOCK_INFO:
+        BlockInfo().write(buf)
+    write_varint(len(columns), buf)
+    write_varint(rows, buf)
+    parts = [buf.getvalue()]
+    for name, col in columns.items():
+        if len(col) != rows:
+            raise ValueError(f"column {name} has {len(col)} rows, block has {rows}")
+        payload = serialize_column(types[name], col)
+        if payload is None:
+            return None
+        head = io.BytesIO()
+        write_binary_str(name, head)
+        write_binary_str(types[name], head)
+        if revision >= ch_defines.DBMS_MIN_REVISION_WITH_CUSTOM_SERIALIZATION:
+            write_binary_uint8(0, head)
+        parts.append(head.getvalue())
+        parts.append(payload)
+    return NativeBlock(b"".join(parts), {name: types[name] for name in columns}, rows)
+
+
 class NativeInsertClient(Client):
     """clickhouse_driver.Client that sends NativeColumns as one pre-serialized block."""
+
+    def revision(self) -> int:
+        """The protocol revision agreed with the server (connects if needed)."""
+        if self.connection.server_info is None:
+            self.execute("SELECT 1")
+        return int(self.connection.server_info.used_revision)
 
     def send_data(
         self, sample_block: Any, data: Any, types_check: bool = False, columnar: bool = False
     ) -> int:
+        if isinstance(data, list) and len(data) == 1 and isinstance(data[0], NativeBlock):
+            block: NativeBlock = data[0]
+            if dict(sample_block.columns_with_types) != block.types or self.connection.compression:
+                raise SchemaMismatch("the table's columns or types differ from the pre-serialized block")
+            self.connection.fout.write(block.data)
+            self.connection.fout.flush()
+            self.receive_profile_events()
+            self.connection.send_data(ColumnOrientedBlock())  # empty block: end of data
+            self.receive_profile_events()
+            return block.rows
         if not (isinstance(data, list) and len(data) == 1 and isinstance(data[0], NativeColumns)):
             return int(super().send_data(sample_block, data, types_check=types_check, columnar=columnar))
         native: NativeColumns = data[0]

@@ -89,6 +89,7 @@ class PreparedFlush:
     updates: dict[Key, int]
     identities: set[tuple[str, int, int]]
     prepare_seconds: float
+    block: Any = None  # controller.ingest_native.NativeBlock, serialized on the preparing thread
 
 
 def _now() -> int:
@@ -112,6 +113,8 @@ class BatchWriter:
         self.tracker = SequenceTracker()
         self._counter = 0
         self._native: Any = None
+        self._revision: int | None = None
+        self._block_ok = True
         if native and isinstance(store, ClickHouseStore):
             from controller.ingest_native import native_client
 
@@ -195,14 +198,16 @@ class BatchWriter:
         gaps, updates = self.tracker.plan(tracked, baseline, override=overlay)
         result.gaps = gaps
         columns: Prepared | None = None
+        block: Any = None
         rows = 0
         if any(b.rows for b in group.batches):
             columns, rows = prepare(group)
+            block = self._native_block(columns, rows)
         result.rows = rows
         result.empty = len(empty)
         result.batches = len(group.batches) + len(empty)
         identities = {b.identity for b in group.batches} | {b.identity for b in empty}
-        return PreparedFlush(result, columns, empty, updates, identities, time.monotonic() - t0)
+        return PreparedFlush(result, columns, empty, updates, identities, time.monotonic() - t0, block)
 
     def commit(self, prep: PreparedFlush) -> FlushResult:
         """The store part of a flush: dead letters, gaps, empty-batch ledger rows, then the rows."""
@@ -215,7 +220,7 @@ class BatchWriter:
         if prep.empty:
             self._insert_empty(prep.empty)
         if prep.columns is not None and result.rows:
-            self._insert_rows(prep.columns, result.rows)
+            self._insert_rows(prep.columns, result.rows, prep.block)
         insert_seconds = time.monotonic() - t_insert
         self.metrics.insert_seconds.observe(insert_seconds)
         self.tracker.apply(prep.updates)
@@ -332,12 +337,35 @@ class BatchWriter:
             },
         )
 
-    def _insert_rows(self, prepared: Prepared, rows: int) -> None:
+    def _native_block(self, columns: Prepared, rows: int) -> Any:
+        """Serialize the rows for the native insert now (on the preparing thread), if possible."""
+        if self._native is None or not self._block_ok:
+            return None
+        from clickhouse_driver import errors as ch_errors
+
+        from controller.ingest_columns import TCPINFO_TYPES
+        from controller.ingest_native import serialize_block
+
+        if self._revision is None:
+            try:
+                self._revision = self._native.revision()
+            except (ch_errors.Error, OSError, EOFError):
+                return None  # the insert itself reports the store being down
+        return serialize_block(columns, rows, TCPINFO_TYPES, self._revision)
+
+    def _insert_rows(self, prepared: Prepared, rows: int, block: Any = None) -> None:
         if self._native is not None:
             from controller.ingest_native import NativeColumns, SchemaMismatch
 
+            if block is not None and self._block_ok:
+                try:
+                    self._native_insert(block, list(prepared))
+                    return
+                except SchemaMismatch as exc:
+                    log.warning("pre-serialized insert not possible (%s); serializing per server types", exc)
+                    self._block_ok = False
             try:
-                self._native_insert(NativeColumns(prepared, rows))
+                self._native_insert(NativeColumns(prepared, rows), list(prepared))
                 return
             except SchemaMismatch as exc:
                 log.warning("native insert not possible (%s); using the driver's insert from now on", exc)
@@ -345,12 +373,12 @@ class BatchWriter:
                 self._native = None
         self.store.insert_columns(TABLE, to_insert_columns(prepared))
 
-    def _native_insert(self, data: Any) -> None:
+    def _native_insert(self, data: Any, columns: list[str]) -> None:
         from clickhouse_driver import errors as ch_errors
 
         from controller.ingest_native import SchemaMismatch
 
-        names = ", ".join(data.columns)
+        names = ", ".join(columns)
         url = self.store.url
         try:
             self._native.execute(f"INSERT INTO {TABLE} ({names}) VALUES", [data])

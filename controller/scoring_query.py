@@ -91,6 +91,7 @@ def base_params(cfg: ScoringConfig, window: Window, pop: str) -> dict[str, Any]:
         "min_bytes": cfg.min_bytes,
         "min_samples": cfg.min_samples,
         "threshold_quantile": float(cfg.threshold_quantile),
+        "min_rtt_us": float(cfg.min_rtt_ms * 1000.0),
     }
 
 
@@ -194,6 +195,7 @@ SCORE_COLUMNS: dict[str, str] = {
     "median_delivery_rate": "float64",
     "low_delivery_rate": "float64",
     "median_min_rtt_ms": "float64",
+    "low_rtt_buckets": "int64",
 }
 
 

@@ -206,3 +206,15 @@ def test_cli_rejects_bad_arguments() -> None:
         timeout=60,
     )
     assert proc.returncode == 2 and "either --kafka" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_fallback_insert_paths_load_the_same_rows(store: Store) -> None:
+    msgs = _msgs(1500, seed=21)
+    total = sum(decode_batch(m).row_count for m in msgs)
+    per_server_types = BatchWriter(store)
+    per_server_types._block_ok = False  # serialize against the server's sample block instead
+    per_server_types.write(msgs[: len(msgs) // 2])
+    driver = BatchWriter(store, native=False)  # clickhouse-driver's / chDB's own insert
+    driver.write(msgs[len(msgs) // 2 :])
+    assert _count(store) == total
+    assert store.query_rows("SELECT count(), sum(rows) FROM ingest_batches")[0] == (len(msgs), total)

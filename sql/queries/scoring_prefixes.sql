@@ -2,9 +2,12 @@
 -- (composed by controller/scoring_query.py).  Only buckets where the prefix counted:
 --   duty_cycle = bad / counted buckets
 --   flap_ratio = bad<->good changes between consecutive counted buckets / (counted - 1)
---   median_delivery_rate, low_delivery_rate, median_min_rtt_ms = medians over the
---   counted buckets of the per-bucket median delivery_rate, 10th percentile
---   delivery_rate and median min_rtt.
+--   median_delivery_rate, low_delivery_rate, median_min_rtt_ms = the per-bucket median
+--     delivery_rate, 10th percentile delivery_rate and median min_rtt, averaged over
+--     the counted buckets (averages: a median across buckets costs more than the rest
+--     of the query together at 200k prefixes)
+--   low_rtt_buckets = counted buckets whose median min_rtt < %(min_rtt_us)s µs; more
+--     than half of the counted buckets = the prefix's median min_rtt is below it
 -- Prefixes seen in the window but never counted come out with counted_buckets = 0.
 SELECT
     pop,
@@ -20,7 +23,8 @@ SELECT
     if(counted_buckets > 1, transitions / (counted_buckets - 1), 0.) AS flap_ratio,
     median_delivery_rate,
     low_delivery_rate,
-    median_min_rtt_ms
+    median_min_rtt_ms,
+    low_rtt_buckets
 FROM
 (
     SELECT
@@ -34,9 +38,10 @@ FROM
         -- bucket and bad packed in one number: one numeric sort orders the timeline
         arrayMap(c -> c % 2, arraySort(groupArrayIf(toUInt64(toUInt32(bucket)) * 2 + bad, counted)))
             AS flags,
-        medianIf(stat, counted) AS median_delivery_rate,
-        medianIf(low, counted) AS low_delivery_rate,
-        medianIf(rtt, counted) / 1000. AS median_min_rtt_ms
+        if(counted_buckets > 0, sumIf(stat, counted) / counted_buckets, nan) AS median_delivery_rate,
+        if(counted_buckets > 0, sumIf(low, counted) / counted_buckets, nan) AS low_delivery_rate,
+        if(counted_buckets > 0, sumIf(rtt, counted) / counted_buckets / 1000., nan) AS median_min_rtt_ms,
+        toUInt32(sumIf(rtt < %(min_rtt_us)s, counted)) AS low_rtt_buckets
     FROM ({timeline})
     GROUP BY key  -- cityHash64(pop, prefix): one fixed-width key groups faster than two strings
 )

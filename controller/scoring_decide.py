@@ -14,7 +14,8 @@ prefix with a decision and its reason:
   skip     stays on CUBIC: not a candidate, too little data, low RTT, cooldown, capped
 
 Candidate: counted_buckets >= min_buckets, duty_cycle >= min_duty,
-flap_ratio <= max_flap, median_min_rtt_ms >= min_rtt_ms.  Effect of a prefix:
+flap_ratio <= max_flap, and not low-RTT (the per-bucket median min_rtt is below
+min_rtt_ms in more than half of the counted buckets, i.e. its median is).  Effect of a prefix:
 low_delivery_rate now / low_delivery_rate when it was selected (its baseline);
 the holdout change is the median of the same ratio over the POP's holdouts that
 have been held at least min_hold.  Times are epoch seconds; 0 means "not set".
@@ -141,7 +142,7 @@ def decide(
     in_cooldown = cooldown_until > now
     eligible = scored & (counted >= cfg.min_buckets)
     measurable = eligible & np.isfinite(low) & (low > 0)
-    low_rtt = eligible & np.isfinite(rtt) & (rtt < cfg.min_rtt_ms)
+    low_rtt = eligible & (df["low_rtt_buckets"].to_numpy() * 2 > counted)  # median min_rtt below
     candidate = eligible & ~low_rtt & (duty >= cfg.min_duty) & (flap <= cfg.max_flap)
     hashed = np.zeros(n, dtype=bool)
     pops = df["pop"].to_numpy()
@@ -247,7 +248,7 @@ def decide(
         else:
             reason[i] = _skip_reason(
                 i, scored, in_cooldown, cooldown_until, counted, eligible, low_rtt, rtt, candidate,
-                capped, duty_s, df["qualifying"].to_numpy(), cfg, now,
+                capped, duty_s, df["qualifying"].to_numpy(), df["low_rtt_buckets"].to_numpy(), cfg, now,
             )
 
     out = df[["pop", "prefix", *[c for c in SCORE_COLUMNS if c not in ("pop", "prefix")]]].copy()
@@ -281,6 +282,7 @@ def _skip_reason(
     capped: np.ndarray,
     duty_s: list[str],
     qualifying: np.ndarray,
+    low_rtt_buckets: np.ndarray,
     cfg: ScoringConfig,
     now: int,
 ) -> str:
@@ -303,7 +305,10 @@ def _skip_reason(
             f"(>= {cfg.min_samples} qualifying samples per bucket)"
         )
     if low_rtt[i]:
-        return f"low RTT: median min_rtt {rtt[i]:.1f} ms < {cfg.min_rtt_ms:g} ms"
+        return (
+            f"low RTT: median min_rtt below {cfg.min_rtt_ms:g} ms in {low_rtt_buckets[i]} of {counted[i]} "
+            f"buckets (mean {rtt[i]:.1f} ms)"
+        )
     return f"not a candidate: {duty_s[i]} (needs duty >= {cfg.min_duty:g}, flap <= {cfg.max_flap:g})"
 
 

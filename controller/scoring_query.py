@@ -6,7 +6,9 @@ The SQL does the heavy part inside ClickHouse 18.16 / chDB.  Per round:
      rollup's) are compared with the scoring_buckets cache; buckets that are new
      or changed get their per-prefix statistics recomputed into the cache (only
      the newest bucket or two in steady state: merging millions of quantile
-     states every round is what makes a full rescore slow);
+     states every round is what makes a full rescore slow).  Only the newest
+     RECHECK_BUCKETS buckets are re-checked against the source each round;
+     data arriving later than that for an older bucket is not seen;
   2. score: thresholds per (pop, bucket), bad/good, duty cycle and flap ratio per
      prefix from the cache (scoring_timeline.sql, scoring_prefixes.sql).
 """
@@ -33,6 +35,7 @@ log = logging.getLogger("dyncc.scoring")
 
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 REFRESH_CHUNK = 4  # (pop, bucket)s per cache INSERT
+RECHECK_BUCKETS = 6  # the newest buckets compared with the source every round (late data)
 
 
 @dataclass(frozen=True)
@@ -115,22 +118,64 @@ def _to_datetime(value: Any) -> dt.datetime:
 
 
 def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version: int) -> list[CacheKey]:
-    """Bring the scoring_buckets cache up to date for the window; return the current keys."""
+    """Bring the scoring_buckets cache up to date for the window; return the current keys.
+
+    The newest `RECHECK_BUCKETS` buckets are compared with the source every round
+    (late data); older ones are taken from the cache once computed, and the whole
+    window is checked only while some bucket of it was never looked at.
+    """
     p = {**base_params(cfg, window, pop), "version": version}
-    fresh = {(r[0], r[1]): r[2] for r in _counts(store, _sql(f"scoring_fresh_{_kind(cfg)}"), p)}
     cached: dict[tuple[str, int], tuple[int, int]] = {}
     for pop_, bucket, ver, samples in _counts(store, _sql("scoring_cached"), p):
         if (pop_, bucket) not in cached or ver > cached[(pop_, bucket)][0]:
             cached[(pop_, bucket)] = (ver, samples)
-    stale = sorted(k for k, samples in fresh.items() if k not in cached or cached[k][1] != samples)
+    recheck_start = window.end - dt.timedelta(seconds=RECHECK_BUCKETS * cfg.bucket_seconds)
+    first = epoch_seconds(window.start)
+    pops_known = {k[0] for k in cached} if not pop else {pop}
+    complete = bool(pops_known) and all(
+        (p_, first + i * cfg.bucket_seconds) in cached
+        for p_ in pops_known
+        for i in range(window.buckets - RECHECK_BUCKETS)
+    )
+    check_start = max(recheck_start, window.start) if complete else window.start
+    fresh_sql = _sql(f"scoring_fresh_{_kind(cfg)}")
+    fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, {**p, "start": check_start})}
+    check_from = epoch_seconds(check_start)
+    for key, (_, samples) in cached.items():  # buckets that vanished from the source: empty now
+        if key[1] >= check_from and key not in fresh and samples:
+            fresh[key] = 0
+    if not complete:  # remember the empty buckets too, so the full check is not repeated
+        for p_ in pops_known | {k[0] for k in fresh}:
+            for i in range(window.buckets):
+                fresh.setdefault((p_, first + i * cfg.bucket_seconds), 0)
+    stale = sorted(k for k, n in fresh.items() if k not in cached or cached[k][1] != n)
     template = _sql(f"scoring_refresh_{_kind(cfg)}")
     for i in range(0, len(stale), REFRESH_CHUNK):
-        # a few buckets per INSERT bound the memory of merging their states
-        store.execute(template.replace("{keys}", _tuples(stale[i : i + REFRESH_CHUNK])), p)
+        chunk = stale[i : i + REFRESH_CHUNK]
+        with_data = [k for k in chunk if fresh[k]]
+        if with_data:  # a few buckets per INSERT bound the memory of merging their states
+            store.execute(template.replace("{keys}", _tuples(with_data)), p)
+        _record_versions(store, cfg, chunk, version, [fresh[k] for k in chunk])
     if stale:
         log.debug("scoring cache: recomputed %d (pop, bucket)s", len(stale))
-    keys = [CacheKey(k[0], k[1], version if k in stale else cached[k][0]) for k in fresh]
-    return sorted(keys, key=lambda k: (k.pop, k.bucket_ts))
+    current = {k: v for k, (v, n) in cached.items() if n}
+    current.update({k: version for k in stale if fresh[k]})
+    return sorted((CacheKey(k[0], k[1], v) for k, v in current.items()), key=lambda k: (k.pop, k.bucket_ts))
+
+
+def _record_versions(
+    store: Store, cfg: ScoringConfig, keys: list[tuple[str, int]], version: int, samples: list[int]
+) -> None:
+    store.insert_columns(
+        "scoring_versions",
+        {
+            "pop": [k[0] for k in keys],
+            "source": [cfg.source] * len(keys),
+            "bucket": np.array([k[1] for k in keys], dtype="int64").astype("datetime64[s]"),
+            "version": np.full(len(keys), version, dtype="uint64"),
+            "samples": np.array(samples, dtype="uint64"),
+        },
+    )
 
 
 def _kind(cfg: ScoringConfig) -> str:
@@ -209,7 +254,9 @@ def normalize_scores(df: pd.DataFrame | None) -> pd.DataFrame:
     )
     for name, dtype in SCORE_COLUMNS.items():
         if dtype == "object":
-            out[name] = out[name].map(_text).astype(object)
+            if len(out) and not isinstance(out[name].iat[0], str):
+                out[name] = out[name].map(_text)
+            out[name] = out[name].astype(object)
         else:
             out[name] = out[name].astype(np.dtype(dtype))
     return out.sort_values(["pop", "prefix"], kind="stable").reset_index(drop=True)

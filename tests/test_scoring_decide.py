@@ -30,7 +30,7 @@ def score(prefix: str, duty: float = 1.0, flap: float = 0.0, counted: int = 36, 
         "pop": pop, "prefix": prefix, "family": 4, "samples": 300, "qualifying": qualifying,
         "counted_buckets": counted, "bad_buckets": round(duty * counted), "transitions": 0,
         "duty_cycle": duty, "flap_ratio": flap, "median_delivery_rate": 2e6, "low_delivery_rate": low,
-        "median_min_rtt_ms": rtt,
+        "median_min_rtt_ms": rtt, "low_rtt_buckets": counted if rtt < 10 else 0,
     }
 
 

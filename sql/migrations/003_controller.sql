@@ -42,8 +42,7 @@ ORDER BY (pop, round_time, prefix)
 -- Cache of per-(pop, bucket, prefix) statistics computed from the rollup (or raw
 -- tcpinfo for non-default definitions, `source` names which).  A (pop, bucket) is
 -- recomputed when its sample count in the source changed (late data), and tagged
--- with a new `version`; readers take the newest matching version.  Old days are
--- dropped by partition.
+-- with a new `version` (recorded in scoring_versions); readers take the newest.
 CREATE TABLE IF NOT EXISTS scoring_buckets
 (
     pop {{lowcard(String)}},
@@ -61,4 +60,20 @@ CREATE TABLE IF NOT EXISTS scoring_buckets
 ENGINE = MergeTree()
 PARTITION BY toYYYYMMDD(bucket)
 ORDER BY (pop, source, bucket, version, prefix)
+{{ttl(bucket + INTERVAL 3 DAY)}};
+
+-- Which version of each (pop, bucket) the scoring_buckets cache holds, and the
+-- source's sample count it was computed from (0 = the source had no data then).
+-- One row per refresh of a bucket: the newest version is current.
+CREATE TABLE IF NOT EXISTS scoring_versions
+(
+    pop {{lowcard(String)}},
+    source {{lowcard(String)}},
+    bucket DateTime,
+    version UInt64,
+    samples UInt64
+)
+ENGINE = MergeTree()
+PARTITION BY toYYYYMM(bucket)
+ORDER BY (source, pop, bucket, version)
 {{ttl(bucket + INTERVAL 3 DAY)}};

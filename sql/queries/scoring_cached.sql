@@ -1,9 +1,8 @@
--- What the scoring_buckets cache holds for [start, end): samples per computed version
--- of each (pop, bucket).  The newest version whose samples equal the source's is current.
+-- The versions the scoring_buckets cache holds for [start, end), with the source's
+-- sample count each was computed from; the newest version of a (pop, bucket) is current.
 -- Parameters: %(source)s, %(pop)s ('' = every POP), %(start)s, %(end)s.
-SELECT pop, bucket, version, toUInt64(sum(samples)) AS samples
-FROM scoring_buckets
+SELECT pop, bucket, version, samples
+FROM scoring_versions
 WHERE source = %(source)s
   AND (%(pop)s = '' OR pop = %(pop)s)
   AND bucket >= %(start)s AND bucket < %(end)s
-GROUP BY pop, bucket, version

@@ -137,9 +137,12 @@ def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version:
         for p_ in pops_known
         for i in range(window.buckets - RECHECK_BUCKETS)
     )
-    check_start = max(recheck_start, window.start) if complete else window.start
     fresh_sql = _sql(f"scoring_fresh_{_kind(cfg)}")
+    check_start = max(recheck_start, window.start) if complete else window.start
     fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, {**p, "start": check_start})}
+    if complete and {k[0] for k in fresh} - pops_known:  # a new POP: check its whole window
+        complete, check_start = False, window.start
+        fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, p)}
     check_from = epoch_seconds(check_start)
     for key, (_, samples) in cached.items():  # buckets that vanished from the source: empty now
         if key[1] >= check_from and key not in fresh and samples:

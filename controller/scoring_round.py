@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING
 from controller.desired_state import DesiredEntry, DesiredState
 from controller.scoring_config import ScoringConfig
 from controller.scoring_decide import EXPIRE_SECONDS_DEFAULT, ON_BBR, PopSummary, decide, summarize
-from controller.scoring_query import Window, epoch_seconds, refresh, score_prefixes, window_for
+from controller.scoring_query import (
+    Window,
+    drop_old_cache,
+    epoch_seconds,
+    refresh,
+    score_prefixes,
+    window_for,
+)
 from controller.scoring_state import load_previous, write_round
 
 if TYPE_CHECKING:
@@ -101,6 +108,7 @@ def run_round(
     if not dry_run:
         t = time.perf_counter()
         written = write_round(store, decisions, round_id, round_time_ns)
+        drop_old_cache(store, window)
         timings["write"] = time.perf_counter() - t
     states = desired_states(decisions, round_id, round_time_ns)
     return RoundResult(

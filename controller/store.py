@@ -333,7 +333,7 @@ class ChdbStore(Store):
                 if pa.types.is_list(arr.type) and pa.types.is_null(arr.type.value_type):
                     arr = arr.cast(pa.list_(pa.string()))  # all-empty Array(String) column
                 arrays[name] = arr
-        _dyncc_insert = pa.table(arrays)  # noqa: F841 - read by name by chDB's Python() table function
+        _dyncc_insert = pa.table(arrays)  # read by name by chDB's Python() table function
         names = ", ".join(columns)
         with self._lock:
             try:

@@ -39,7 +39,7 @@ def test_batch_round_trip_on_real_broker(kafka_brokers: str, kafka_topic: str) -
             if msg is None or msg.error():
                 continue
             assert msg.key() == b"edge-a"
-            received.append(TcpInfoBatch.FromString(msg.value()))
+            received.append(TcpInfoBatch.FromString(msg.value() or b""))
     finally:
         consumer.close()
     # One key -> one partition -> order kept.

@@ -106,7 +106,7 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
         # v1: D1 to the whole POP; both agents install it.
         publish_round(store, [desired(POP, D1)], args)
         for host, ns in edges.items():
-            wait_for(lambda ns=ns: set(owned_routes(ns)) == set(D1), f"{host} to install D1")
+            wait_for(lambda ns=ns: set(owned_routes(ns)) == set(D1), f"{host} to install D1")  # type: ignore[misc]
         assert set(owned_routes(edges["edge-1"]).values()) == {"bbr"}
 
         # Let the controller learn both hosts from their status reports, then stage D2.
@@ -135,7 +135,7 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
         assert rollout_run(control_parser().parse_args(
             [*base, "kill-switch", "--pop", POP, "--clickhouse", store_url])) in (0, None)
         for host, ns in edges.items():
-            wait_for(lambda ns=ns: owned_routes(ns) == {}, f"{host} to remove every owned route")
+            wait_for(lambda ns=ns: owned_routes(ns) == {}, f"{host} to remove every owned route")  # type: ignore[misc]
             # The covering default routes (not ours) are untouched.
             assert "via" in ns_sh(ns, "ip", "route", "show", "default")
     finally:

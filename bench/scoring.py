@@ -8,7 +8,9 @@ bucket per INSERT, then times
   cold:  the first round, which merges all 36 buckets' quantile states from the
          rollup into the scoring_buckets cache, then scores;
   round: the next round (5 minutes later): one new bucket merged into the cache,
-         then the scoring query over 36 buckets (what every round costs).
+         then the scoring query over 36 buckets (what every round costs);
+  full controller round: run_round (refresh, score, previous state, decisions,
+         writing every prefix to selections) once more.
 Bar (issue 5): 200k prefixes <= 5 s on the server, <= 3 s on chDB, per round.
 """
 
@@ -27,6 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from controller.migrate import apply_migrations
 from controller.scoring_config import ScoringConfig
 from controller.scoring_query import refresh, score_prefixes, window_for
+from controller.scoring_round import run_round
 from controller.store import Store, open_store
 
 POP = "bench1"
@@ -103,6 +106,9 @@ def bench_one(url: str, label: str, sizes: list[int], samples: int, repeat: int,
                 t0 = time.perf_counter()
                 df = score_prefixes(store, cfg, window2, POP, keys)
                 scores.append(time.perf_counter() - t0)
+            # a whole controller round (nothing new to merge): + previous state, decisions, selections
+            full = run_round(store, cfg, later, POP)
+            steps = " ".join(f"{k} {v:.2f}s" for k, v in full.timings.items())
             bar = 5.0 if label == "clickhouse" else 3.0
             total = round_refresh + round_score
             verdict = "" if size < 200_000 else f"  bar {bar:.0f}s: {'OK' if total <= bar else 'OVER'}"
@@ -110,7 +116,8 @@ def bench_one(url: str, label: str, sizes: list[int], samples: int, repeat: int,
                 f"{label:10s} prefixes={size:>7d} x {window.buckets} buckets scored={len(df):>7d}  "
                 f"round={total:.2f}s (refresh 1 new bucket {round_refresh:.2f}s + score {round_score:.2f}s, "
                 f"best score {min(scores):.2f}s)  cold={cold_refresh + cold_score:.2f}s "
-                f"(refresh 36 buckets {cold_refresh:.2f}s + score {cold_score:.2f}s)  fill {fill_s:.0f}s"
+                f"(refresh 36 buckets {cold_refresh:.2f}s + score {cold_score:.2f}s)  fill {fill_s:.0f}s  "
+                f"full controller round {full.seconds:.2f}s [{steps}]"
                 + verdict,
                 flush=True,
             )

@@ -1,7 +1,8 @@
 """The `dyncc collect` loop: schedule polls, feed the sink, count, log, flush on stop.
 
-Polls start every `interval` +/- `jitter`.  A poll that takes longer than the
-interval (dump + encode + hand-off to the sink) is counted as an overrun and
+Polls start every `interval` +/- `jitter`; each batch goes to the sink as soon
+as the poller has it.  A poll that takes longer than the interval (dump +
+encode + hand-off to the sink) is counted as an overrun and
 the next poll starts at once; a poll that passes its timeout is abandoned and
 counted.  On SIGTERM/SIGINT (StopFlag) the loop ends and the sink is flushed.
 """
@@ -53,8 +54,8 @@ def record(metrics: CollectMetrics, result: PollResult, took: float) -> None:
         metrics.sockets_filtered.labels(reason).inc(n)
     for kind, n in result.errors.items():
         metrics.parse_errors.labels(kind).inc(n)
-    metrics.batches.inc(len(result.batches))
-    metrics.batch_bytes.inc(result.bytes)
+    metrics.batches.inc(result.sent_batches)
+    metrics.batch_bytes.inc(result.sent_bytes)
     metrics.netns_errors.inc(len(result.failed_netns))
 
 
@@ -70,14 +71,16 @@ class CollectLoop:
     def poll_once(self) -> float:
         """One poll handed to the sink; returns its duration in seconds."""
         t0 = time.monotonic()
+        self.sink.begin_poll()
         try:
-            result = self.poller.poll(deadline=t0 + self.cfg.timeout)
+            result = self.poller.poll(deadline=t0 + self.cfg.timeout, emit=self.sink.send)
         except DumpTimeout:
+            self.sink.end_poll()
             self.metrics.poll_timeouts.inc()
             took = time.monotonic() - t0
             log.warning("poll abandoned after %.3fs (timeout %.3fs)", took, self.cfg.timeout)
             return took
-        self.sink.send_poll(result.batches)
+        self.sink.end_poll()
         took = time.monotonic() - t0
         record(self.metrics, result, took)
         self.polls += 1
@@ -87,7 +90,7 @@ class CollectLoop:
             "poll %d: netns=%d seen=%d exported=%d filtered=%d errors=%d batches=%d bytes=%d "
             "took=%.3fs queue=%d",
             self.polls, len(result.namespaces), result.seen, result.exported, filtered, errors,
-            len(result.batches), result.bytes, took, int(self.metrics.value("dyncc_collect_queue_depth")),
+            result.sent_batches, result.sent_bytes, took, int(self.metrics.value("dyncc_collect_queue_depth")),
         )  # fmt: skip
         return took
 

@@ -17,6 +17,7 @@ and no input makes these functions raise.
 
 from __future__ import annotations
 
+import mmap
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -51,6 +52,9 @@ BBR_INFO_LEN = 20
 SKMEM_WORDS = 9
 #: Zero bytes a parse buffer must carry past its last message (gathers read fixed widths).
 PAD = 4 * TCP_INFO_WORDS + 64
+
+#: Anything parsing reads from: received datagrams, chunk buffers (anonymous mmaps).
+Buf = bytes | bytearray | memoryview | mmap.mmap
 
 #: Error kinds (the `kind` of ParseErrorCount).
 ERROR_KINDS = (
@@ -107,7 +111,7 @@ class WalkResult:
     interrupted: bool = False
 
 
-def walk_messages(buf: memoryview | bytes | bytearray, start: int, end: int) -> WalkResult:
+def walk_messages(buf: Buf, start: int, end: int) -> WalkResult:
     """Walk the netlink messages in buf[start:end] (one datagram); never raises.
 
     start must be 4-aligned.  Errors are returned in the result's counters via
@@ -160,7 +164,7 @@ def walk_messages(buf: memoryview | bytes | bytearray, start: int, end: int) -> 
     return res
 
 
-def may_end_dump(buf: bytes | bytearray | memoryview, start: int, end: int) -> bool:
+def may_end_dump(buf: Buf, start: int, end: int) -> bool:
     """O(1) test whether a datagram can hold NLMSG_DONE / NLMSG_ERROR.
 
     NLMSG_DONE is the last message of a dump and 20 bytes long (no extended
@@ -194,7 +198,7 @@ class ChunkWalk:
 
 
 def walk_datagrams(
-    buf: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.ndarray, errors: ErrorCounts
+    buf: Buf, starts: np.ndarray, ends: np.ndarray, errors: ErrorCounts
 ) -> ChunkWalk:
     """walk_messages over many datagrams at once, in lock step (vectorized); never raises.
 
@@ -374,7 +378,7 @@ def _cc_table(
 
 
 def parse_messages(
-    buf: bytes | bytearray | memoryview,
+    buf: Buf,
     offsets: Iterable[int] | np.ndarray,
     lengths: Iterable[int] | np.ndarray,
     errors: ErrorCounts,

@@ -1,11 +1,12 @@
 """NETLINK_SOCK_DIAG dump I/O: one raw AF_NETLINK socket, SOCK_DIAG_BY_FAMILY dumps.
 
-The dump is received straight into a preallocated chunk buffer: netlink
-datagrams are 4-aligned streams of whole messages, so consecutive recv_into()
-calls leave one contiguous run of messages that diag_parse can decode in a
-single vectorized pass once the chunk is full (parsing copies everything out,
-so the buffer is reused).  Memory stays bounded by the chunk size whatever the
-number of sockets.
+The dump is received straight into chunk buffers: netlink datagrams are
+4-aligned streams of whole messages, so consecutive recv_into() calls leave one
+contiguous run of messages that diag_parse can decode in a single vectorized
+pass once the chunk is full (parsing copies everything out, so the buffer is
+reused).  Buffers come from a BufferPool: anonymous mmaps made on first use
+(no up-front zeroing; untouched pages cost no memory) and kept for later dumps.
+Memory stays bounded by the pool whatever the number of sockets.
 
 Namespaces: the socket is created inside the named namespace (setns on this
 thread, then back), and keeps dumping that namespace afterwards.
@@ -14,6 +15,7 @@ thread, then back), and keeps dumping that namespace afterwards.
 from __future__ import annotations
 
 import ctypes
+import mmap
 import os
 import queue
 import socket
@@ -151,9 +153,49 @@ class DumpResult:
     interrupted: bool = False
 
 
+def chunk_buffer_size(chunk_bytes: int) -> int:
+    """Bytes of a chunk buffer: the chunk, one more datagram, and the parser's zero padding."""
+    return max(chunk_bytes, RECV_SIZE) + RECV_SIZE + PAD
+
+
+class _Stopped(Exception):
+    """The dump was abandoned while the reader waited for a buffer."""
+
+
+class BufferPool:
+    """At most `limit` chunk buffers of `size` bytes, made on first use, reused across dumps."""
+
+    def __init__(self, size: int, limit: int = 3) -> None:
+        self.size = size
+        self.limit = max(limit, 2)
+        self._free: queue.Queue[mmap.mmap] = queue.Queue()
+        self._made = 0
+        self._lock = threading.Lock()
+
+    def get(self, stop: threading.Event | None = None) -> mmap.mmap:
+        """A free buffer; waits for one when `limit` exist (raises _Stopped once `stop` is set)."""
+        try:
+            return self._free.get_nowait()
+        except queue.Empty:
+            pass
+        with self._lock:
+            if self._made < self.limit:
+                self._made += 1
+                return mmap.mmap(-1, self.size)
+        while True:
+            try:
+                return self._free.get(timeout=0.05)
+            except queue.Empty:
+                if stop is not None and stop.is_set():
+                    raise _Stopped from None
+
+    def put(self, buf: mmap.mmap) -> None:
+        self._free.put(buf)
+
+
 @dataclass
 class _Chunk:
-    buf: bytearray
+    buf: mmap.mmap
     starts: list[int]
     ends: list[int]
 
@@ -166,14 +208,20 @@ class DiagDumper:
     walks and parses the previous chunk; at most `buffers` chunks exist.
     """
 
-    def __init__(self, sock: socket.socket, chunk_bytes: int = DEFAULT_CHUNK, buffers: int = 3) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        chunk_bytes: int = DEFAULT_CHUNK,
+        buffers: int = 3,
+        pool: BufferPool | None = None,
+    ) -> None:
         self.sock = sock
         self.pid = int(sock.getsockname()[0])
         self.seq = int(time.time()) & 0x7FFFFFFF
         self.chunk_bytes = max(chunk_bytes, RECV_SIZE)
-        self._pool: queue.Queue[bytearray] = queue.Queue()
-        for _ in range(max(buffers, 2)):
-            self._pool.put(bytearray(self.chunk_bytes + RECV_SIZE + PAD))
+        if pool is not None and pool.size < chunk_buffer_size(self.chunk_bytes):
+            raise ValueError(f"pool buffers of {pool.size} bytes are smaller than a chunk")
+        self._pool = pool if pool is not None else BufferPool(chunk_buffer_size(self.chunk_bytes), buffers)
 
     def close(self) -> None:
         self.sock.close()
@@ -183,7 +231,7 @@ class DiagDumper:
     ) -> None:
         sock = self.sock
         try:
-            buf = self._pool.get()
+            buf = self._pool.get(stop)
             view = memoryview(buf)
             starts: list[int] = []
             ends: list[int] = []
@@ -213,9 +261,11 @@ class DiagDumper:
                     out.put(_Chunk(buf, starts, ends))
                     if final:
                         break
-                    buf = self._pool.get()
+                    buf = self._pool.get(stop)
                     view = memoryview(buf)
                     starts, ends, pos = [], [], 0
+            out.put(None)
+        except _Stopped:
             out.put(None)
         except BaseException as exc:  # handed to the consuming thread
             out.put(exc)
@@ -268,8 +318,7 @@ class DiagDumper:
         finally:
             stop.set()
             if reader.is_alive():
-                # unblock a reader waiting for a free buffer, then let it finish its recv
-                self._pool.put(bytearray(self.chunk_bytes + RECV_SIZE + PAD))
+                # a reader waiting for a free buffer sees `stop`; one in recv finishes it
                 reader.join(timeout=max(0.0, (deadline or time.monotonic()) - time.monotonic()) + 1.0)
             while not chunks.empty():
                 left = chunks.get_nowait()

@@ -1,11 +1,20 @@
 """One poll: dump every namespace's TCP sockets and encode them as TcpInfoBatch messages.
 
-Parsed chunks are filtered, given client prefixes and encoded into batch bodies
-as they arrive (so memory follows the row cap, not the socket count); headers
-are written when a namespace is finished, because they carry the namespace's
-totals and batch_count.  Batches never mix namespaces; `sequence` grows by one
-per batch for the life of the Poller (per host), `run_id` is its start time.
-A dump flagged NLM_F_DUMP_INTR is thrown away and retried once.
+Parsed chunks are filtered, given client prefixes and encoded into batches as
+they arrive, and each batch is handed on (`emit`) as soon as the next one
+exists, so a sink can ship (and Kafka compress) while the dump is still
+running, and memory follows the row cap, not the socket count.  The header
+semantics that makes this possible (see schemas/tcpinfo.proto): every batch of
+a namespace's poll has batch_index 0, 1, ...; only the last one carries
+batch_count (the number of batches) and the namespace's totals
+(sockets_seen/exported/filtered, parse_errors, poll_end_ns); earlier batches
+have batch_count 0.  A poll with no rows still sends that last batch (empty).
+
+Batches never mix namespaces; `sequence` grows by one per batch for the life of
+the Poller (per host), `run_id` is its start time.  A dump flagged
+NLM_F_DUMP_INTR is retried once; rows of the interrupted attempt that were
+already sent are left out of the retry (by socket cookie), so no socket is
+exported twice.
 
 `poll_once(...)` is the in-process entry point for the demo and tests.
 """
@@ -17,7 +26,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,9 +46,11 @@ from collector.netlink_diag import (
     DEFAULT_EXT,
     DEFAULT_STATES,
     TCP_STATES,
+    BufferPool,
     DiagDumper,
     DumpError,
     DumpTimeout,
+    chunk_buffer_size,
     open_diag_socket,
     state_mask,
 )
@@ -79,11 +90,15 @@ class NetnsStats:
 
 @dataclass
 class PollResult:
+    """What one poll did.  `batches` holds the messages only when no `emit` callback took them."""
+
     batches: list[bytes]
     start_ns: int
     end_ns: int
     namespaces: list[NetnsStats]
     failed_netns: dict[str, str] = field(default_factory=dict)
+    sent_batches: int = 0
+    sent_bytes: int = 0
 
     @property
     def seen(self) -> int:
@@ -109,22 +124,33 @@ class PollResult:
 
     @property
     def bytes(self) -> int:
-        return sum(len(b) for b in self.batches)
+        return self.sent_bytes
+
+
+Body = tuple[int, bytes]  # (row_count, encoded column fields)
 
 
 class _Encoder:
-    """Filters parsed chunks and turns them into (rows, body) pieces for one dump."""
+    """Filters parsed chunks of one dump attempt and turns them into batch bodies (`out`)."""
 
-    def __init__(self, cfg: PollerConfig, cc_names: list[str], stats: NetnsStats) -> None:
+    def __init__(
+        self,
+        cfg: PollerConfig,
+        cc_names: list[str],
+        out: Callable[[int, bytes], None],
+        exclude: np.ndarray | None = None,
+    ) -> None:
         self.cfg = cfg
         self.cc_names = cc_names
-        self.stats = stats
+        self.out = out
+        self.exclude = exclude  # cookies already sent by an interrupted attempt
         self.seen = 0
         self.exported = 0
+        self.sent_rows = 0
+        self.sent_cookies: list[np.ndarray] = []
         self.filtered: Counter[str] = Counter()
         self.pending: list[dict[str, np.ndarray]] = []
         self.pending_rows = 0
-        self.bodies: list[tuple[int, bytes]] = []
 
     def __call__(self, parsed: Parsed) -> None:
         cols = parsed.columns
@@ -135,6 +161,8 @@ class _Encoder:
         remap = np.array([self._cc(name) for name in parsed.cc_names], dtype=np.uint32)
         cols["cc_index"] = remap[cols["cc_index"]]
         keep = apply_filters(cols, self.cfg.filters, self.filtered)
+        if self.exclude is not None and self.exclude.size:
+            keep &= ~np.isin(cols["cookie"], self.exclude)
         if not keep.all():
             cols = {k: v[keep] for k, v in cols.items()}
         rows = int(cols["state"].shape[0])
@@ -147,27 +175,80 @@ class _Encoder:
         self.pending.append(cols)
         self.pending_rows += rows
         if self.pending_rows >= self.cfg.max_rows:
-            self._flush()
+            self.flush()
 
     def _cc(self, name: str) -> int:
         if name not in self.cc_names:
             self.cc_names.append(name)
         return self.cc_names.index(name)
 
-    def _flush(self) -> None:
-        """Encode everything pending (rows spread evenly over the batches)."""
+    def flush(self) -> None:
+        """Encode everything pending (rows spread evenly over the batches) and hand the bodies on."""
         if not self.pending:
             return
         if len(self.pending) == 1:
             merged = self.pending[0]
         else:
             merged = {k: np.concatenate([p[k] for p in self.pending]) for k in self.pending[0]}
-        self.bodies.extend(split_bodies(merged, self.cfg.max_rows, self.cfg.max_bytes))
         self.pending, self.pending_rows = [], 0
+        for rows, body in split_bodies(merged, self.cfg.max_rows, self.cfg.max_bytes):
+            self.out(rows, body)
+        self.sent_rows += int(merged["cookie"].shape[0])
+        self.sent_cookies.append(merged["cookie"])
 
-    def finish(self) -> list[tuple[int, bytes]]:
-        self._flush()
-        return self.bodies
+
+class _Batcher:
+    """Headers for one namespace's bodies: sends each body once the next exists; the last gets the totals."""
+
+    def __init__(self, poller: Poller, netns: str, start_ns: int, emit: Callable[[bytes], None]) -> None:
+        self.poller = poller
+        self.netns = netns
+        self.start_ns = start_ns
+        self.emit = emit
+        self.cc_names: list[str] = [""]
+        self.held: Body | None = None
+        self.index = 0
+
+    def body(self, rows: int, body: bytes) -> None:
+        if self.held is not None:
+            self._send(self.held, None)
+        self.held = (rows, body)
+
+    def finish(self, stats: NetnsStats, end_ns: int) -> None:
+        """Send the last batch (the held body, or an empty one) with the namespace's totals."""
+        held, self.held = self.held or (0, b""), None
+        self._send(held, (stats, end_ns))
+
+    def _send(self, body: Body, final: tuple[NetnsStats, int] | None) -> None:
+        cfg = self.poller.cfg
+        header = BatchHeader(
+            host=cfg.host,
+            pop=cfg.pop,
+            netns=self.netns,
+            run_id=self.poller.run_id,
+            poll_start_ns=self.start_ns,
+            cc_names=list(self.cc_names),
+            client_prefix_len_v4=cfg.prefix_v4,
+            client_prefix_len_v6=cfg.prefix_v6,
+            collector_version=__version__,
+        )
+        if final is not None:
+            stats, header.poll_end_ns = final
+            header.sockets_seen = stats.seen
+            header.sockets_exported = stats.exported
+            header.sockets_filtered = sum(stats.filtered.values())
+            header.parse_errors = {k: v for k, v in stats.errors.items() if v}
+        rows, data = body
+        head = encode_header(
+            header,
+            sequence=self.poller.sequence,
+            batch_index=self.index,
+            batch_count=self.index + 1 if final is not None else 0,
+            row_count=rows,
+        )
+        self.poller.sequence += 1
+        self.index += 1
+        self.emit(head + data)
 
 
 def list_namespaces(cfg: PollerConfig) -> list[str]:
@@ -189,84 +270,71 @@ class Poller:
         self.run_id = time.time_ns() if run_id is None else run_id
         self.sequence = 0
         self._states = state_mask(tuple(cfg.states))
+        self._pool = BufferPool(chunk_buffer_size(cfg.chunk_bytes))  # reused by every dump
 
-    def poll(self, deadline: float | None = None) -> PollResult:
-        """Dump all namespaces; raises DumpTimeout when the deadline passes."""
+    def poll(self, deadline: float | None = None, emit: Callable[[bytes], None] | None = None) -> PollResult:
+        """Dump all namespaces, handing each batch to `emit` as soon as it is final.
+
+        Without `emit` the batches are collected in the result.  Raises
+        DumpTimeout when the deadline passes (batches already emitted stay sent).
+        """
         start_ns = time.time_ns()
-        pieces: list[tuple[NetnsStats, list[str], list[tuple[int, bytes]]]] = []
-        failed: dict[str, str] = {}
+        result = PollResult(batches=[], start_ns=start_ns, end_ns=start_ns, namespaces=[])
+
+        def send(data: bytes) -> None:
+            result.sent_batches += 1
+            result.sent_bytes += len(data)
+            if emit is None:
+                result.batches.append(data)
+            else:
+                emit(data)
+
         for ns in list_namespaces(self.cfg):
+            batcher = _Batcher(self, ns, start_ns, send)
+            stats = NetnsStats(netns=ns)
             try:
-                pieces.append(self._dump_netns(ns, deadline))
+                self._dump_netns(ns, deadline, batcher, stats)
             except DumpTimeout:
                 raise
             except DumpError as exc:
-                failed[ns] = str(exc)
+                result.failed_netns[ns] = str(exc)
                 log.warning("netns %s: %s", ns or "(own)", exc)
-        end_ns = time.time_ns()
-        batches: list[bytes] = []
-        for stats, cc_names, bodies in pieces:
-            header = BatchHeader(
-                host=self.cfg.host,
-                pop=self.cfg.pop,
-                netns=stats.netns,
-                run_id=self.run_id,
-                poll_start_ns=start_ns,
-                poll_end_ns=end_ns,
-                sockets_seen=stats.seen,
-                sockets_exported=stats.exported,
-                sockets_filtered=sum(stats.filtered.values()),
-                parse_errors={k: v for k, v in stats.errors.items() if v},
-                cc_names=cc_names,
-                client_prefix_len_v4=self.cfg.prefix_v4,
-                client_prefix_len_v6=self.cfg.prefix_v6,
-                collector_version=__version__,
-            )
-            if not bodies:
-                bodies = [(0, b"")]
-            for i, (rows, body) in enumerate(bodies):
-                head = encode_header(
-                    header, sequence=self.sequence, batch_index=i, batch_count=len(bodies), row_count=rows
-                )
-                self.sequence += 1
-                batches.append(head + body)
-        return PollResult(
-            batches=batches,
-            start_ns=start_ns,
-            end_ns=end_ns,
-            namespaces=[p[0] for p in pieces],
-            failed_netns=failed,
-        )
+                if batcher.index == 0 and batcher.held is None:
+                    continue  # nothing of this namespace was sent
+                stats.errors["dump_failed"] += 1
+            batcher.finish(stats, time.time_ns())
+            result.namespaces.append(stats)
+        result.end_ns = time.time_ns()
+        return result
 
-    def _dump_netns(
-        self, ns: str, deadline: float | None
-    ) -> tuple[NetnsStats, list[str], list[tuple[int, bytes]]]:
-        stats = NetnsStats(netns=ns)
-        cc_names: list[str] = [""]
-        bodies: list[tuple[int, bytes]] = []
+    def _dump_netns(self, ns: str, deadline: float | None, batcher: _Batcher, stats: NetnsStats) -> None:
         try:
             sock = open_diag_socket(ns or None)
         except OSError as exc:
             raise DumpError(f"cannot open a sock_diag socket: {exc}") from exc
-        dumper = DiagDumper(sock, self.cfg.chunk_bytes)
+        dumper = DiagDumper(sock, self.cfg.chunk_bytes, pool=self._pool)
         try:
             for family in (socket.AF_INET, socket.AF_INET6):
+                exclude: np.ndarray | None = None
                 for attempt in (0, 1):
-                    enc = _Encoder(self.cfg, cc_names, stats)
+                    enc = _Encoder(self.cfg, batcher.cc_names, batcher.body, exclude)
                     errors = ErrorCounts()
                     res = dumper.dump(family, self._states, enc, errors, ext=self.cfg.ext, deadline=deadline)
                     stats.errors.update(errors)
                     if res.interrupted and attempt == 0:
+                        # rows already sent stay sent; the retry leaves those sockets out
                         stats.retried = True
+                        stats.exported += enc.sent_rows
+                        if enc.sent_cookies:
+                            exclude = np.concatenate(enc.sent_cookies)
                         continue
                     break
-                bodies.extend(enc.finish())
+                enc.flush()
                 stats.seen += enc.seen
                 stats.exported += enc.exported
                 stats.filtered.update(enc.filtered)
         finally:
             dumper.close()
-        return stats, cc_names, bodies
 
 
 def poll_once(

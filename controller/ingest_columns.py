@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.ingest_decode import GroupColumns
+from collector.batch_codec import COLUMNS, GroupColumns
 
 #: tcpinfo column -> ClickHouse type (as in sql/migrations/001_tcpinfo.sql, without LowCardinality).
 TCPINFO_TYPES: dict[str, str] = {}
@@ -68,11 +68,9 @@ def _types() -> dict[str, str]:
         "bytes_retrans",
         "bbr_bw",
     }
-    from controller.ingest_decode import COLUMN_NAMES
-
     out = dict(head)
     started = False
-    for name in COLUMN_NAMES:
+    for name in COLUMNS:
         if name == "ca_state":
             started = True
         if not started:

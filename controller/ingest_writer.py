@@ -4,7 +4,7 @@ The same code serves the Kafka loader, `--from-file` replays and the embedded
 default (chDB, no Kafka): `BatchWriter(store).write(messages)`.
 
 One flush of a group of messages:
-  1. scan every message (controller.ingest_decode); undecodable ones are dead letters;
+  1. scan every message (collector.batch_codec); undecodable ones are dead letters;
   2. drop repeats inside the group, then look the batch identities
      (host, run_id, sequence) up in the ingest_batches ledger: batches already
      there were loaded before (a redelivery after a crash) and are skipped;
@@ -27,10 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from collector.batch_codec import BatchDecodeError
+from collector.batch_codec import BatchDecodeError, ScannedBatch, decode_all, scan_batch
 from controller import sql_params
 from controller.ingest_columns import Prepared, prepare, to_insert_columns
-from controller.ingest_decode import ScannedBatch, decode_all, scan_batch
 from controller.ingest_metrics import IngestMetrics
 from controller.ingest_sequence import Gap, Key, SeenBatch, SequenceTracker
 from controller.store import ClickHouseStore, Store, StoreError

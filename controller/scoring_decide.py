@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -209,47 +209,55 @@ def decide(
     clear_baseline = ~(keep | select | holdout)
     baseline_out[clear_baseline] = math.nan
 
+    # plain lists: formatting numpy scalars one by one is slow at 200k prefixes
+    lists = {
+        "decision": decision, "held": held, "effect": effect, "baseline": baseline, "low": low,
+        "selected_since": selected_since, "revert_effect": revert_effect, "last_seen": last_seen,
+        "candidate": candidate, "rtt": rtt, "holdout_change": holdout_change, "scored": scored,
+        "in_cooldown": in_cooldown, "cooldown_until": cooldown_until, "counted": counted,
+        "eligible": eligible, "low_rtt": low_rtt, "capped": capped,
+        "qualifying": df["qualifying"].to_numpy(), "low_rtt_buckets": df["low_rtt_buckets"].to_numpy(),
+    }
+    v: dict[str, list[Any]] = {k: np.asarray(a).tolist() for k, a in lists.items()}
     duty_s = [
-        f"duty {du:.2f} flap {fl:.2f} over {c} buckets" for du, fl, c in zip(duty, flap, counted, strict=True)
+        f"duty {du:.2f} flap {fl:.2f} over {c} buckets"
+        for du, fl, c in zip(duty.tolist(), flap.tolist(), v["counted"], strict=True)
     ]
     for i in range(n):
-        d = decision[i]
+        d = v['decision'][i]
         if d == SELECT:
             reason[i] = (
-                f"candidate: {duty_s[i]}, min_rtt {rtt[i]:.1f} ms; baseline low rate {_fmt_rate(low[i])}"
+                f"candidate: {duty_s[i]}, min_rtt {v['rtt'][i]:.1f} ms; baseline low rate {_fmt_rate(v['low'][i])}"
             )
         elif d == KEEP:
-            if held[i]:
+            if v['held'][i]:
                 reason[i] = (
-                    f"min hold: on BBR {_fmt_hours(now - selected_since[i])} of "
+                    f"min hold: on BBR {_fmt_hours(now - v['selected_since'][i])} of "
                     f"{_fmt_hours(cfg.min_hold_seconds)}"
                 )
-            elif not np.isfinite(effect[i]):
+            elif not math.isfinite(v['effect'][i]):
                 reason[i] = "effect not measurable this round (too little data); stays on BBR"
             else:
                 reason[i] = (
-                    f"effect OK: low rate {_fmt_rate(baseline[i])} -> {_fmt_rate(low[i])} "
-                    f"(x{effect[i]:.2f}, holdout x{holdout_change[i]:.2f})"
+                    f"effect OK: low rate {_fmt_rate(v['baseline'][i])} -> {_fmt_rate(v['low'][i])} "
+                    f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f})"
                 )
         elif d == REVERT:
-            if revert_effect[i]:
+            if v['revert_effect'][i]:
                 reason[i] = (
-                    f"negative effect: low rate {_fmt_rate(baseline[i])} -> {_fmt_rate(low[i])} "
-                    f"(x{effect[i]:.2f}, holdout x{holdout_change[i]:.2f}); cooldown "
+                    f"negative effect: low rate {_fmt_rate(v['baseline'][i])} -> {_fmt_rate(v['low'][i])} "
+                    f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f}); cooldown "
                     f"{_fmt_hours(cfg.cooldown_seconds)}"
                 )
             else:
-                reason[i] = f"no traffic for {_fmt_hours(now - last_seen[i])}: released"
+                reason[i] = f"no traffic for {_fmt_hours(now - v['last_seen'][i])}: released"
         elif d == HOLDOUT:
-            what = "candidate" if candidate[i] else "earlier candidate"
+            what = "candidate" if v['candidate'][i] else "earlier candidate"
             reason[i] = (
                 f"holdout (control group, {cfg.holdout_fraction:.0%} by hash): {what}, {duty_s[i]}"
             )
         else:
-            reason[i] = _skip_reason(
-                i, scored, in_cooldown, cooldown_until, counted, eligible, low_rtt, rtt, candidate,
-                capped, duty_s, df["qualifying"].to_numpy(), df["low_rtt_buckets"].to_numpy(), cfg, now,
-            )
+            reason[i] = _skip_reason(i, v, duty_s, cfg, now)
 
     out = df[["pop", "prefix", *[c for c in SCORE_COLUMNS if c not in ("pop", "prefix")]]].copy()
     out["decision"] = decision
@@ -269,45 +277,29 @@ def decide(
     return pd.DataFrame(out[keep_row]).reset_index(drop=True)
 
 
-def _skip_reason(
-    i: int,
-    scored: np.ndarray,
-    in_cooldown: np.ndarray,
-    cooldown_until: np.ndarray,
-    counted: np.ndarray,
-    eligible: np.ndarray,
-    low_rtt: np.ndarray,
-    rtt: np.ndarray,
-    candidate: np.ndarray,
-    capped: np.ndarray,
-    duty_s: list[str],
-    qualifying: np.ndarray,
-    low_rtt_buckets: np.ndarray,
-    cfg: ScoringConfig,
-    now: int,
-) -> str:
-    if candidate[i] and in_cooldown[i]:
-        return f"cooldown after a revert: {_fmt_hours(cooldown_until[i] - now)} left"
-    if capped[i]:
+def _skip_reason(i: int, v: dict[str, list[Any]], duty_s: list[str], cfg: ScoringConfig, now: int) -> str:
+    if v["candidate"][i] and v["in_cooldown"][i]:
+        return f"cooldown after a revert: {_fmt_hours(v['cooldown_until'][i] - now)} left"
+    if v["capped"][i]:
         return (
             f"capped: candidate ({duty_s[i]}) but max {cfg.max_new_per_round} new per round, "
             f"{cfg.max_per_pop} per POP"
         )
-    if in_cooldown[i]:
-        return f"cooldown after a revert: {_fmt_hours(cooldown_until[i] - now)} left"
-    if not scored[i]:
+    if v["in_cooldown"][i]:
+        return f"cooldown after a revert: {_fmt_hours(v['cooldown_until'][i] - now)} left"
+    if not v["scored"][i]:
         return "no data in the window"
-    if int(qualifying[i]) == 0:
+    if int(v["qualifying"][i]) == 0:
         return f"no qualifying flows (bytes_acked > {cfg.min_bytes} B) in the window"
-    if not eligible[i]:
+    if not v["eligible"][i]:
         return (
-            f"too few samples: counted in {counted[i]} buckets, needs {cfg.min_buckets} "
+            f"too few samples: counted in {v['counted'][i]} buckets, needs {cfg.min_buckets} "
             f"(>= {cfg.min_samples} qualifying samples per bucket)"
         )
-    if low_rtt[i]:
+    if v["low_rtt"][i]:
         return (
-            f"low RTT: median min_rtt below {cfg.min_rtt_ms:g} ms in {low_rtt_buckets[i]} of {counted[i]} "
-            f"buckets (mean {rtt[i]:.1f} ms)"
+            f"low RTT: median min_rtt below {cfg.min_rtt_ms:g} ms in {v['low_rtt_buckets'][i]} of "
+            f"{v['counted'][i]} buckets (mean {v['rtt'][i]:.1f} ms)"
         )
     return f"not a candidate: {duty_s[i]} (needs duty >= {cfg.min_duty:g}, flap <= {cfg.max_flap:g})"
 

@@ -1,9 +1,10 @@
-"""batch_codec: numpy columns -> TcpInfoBatch -> numpy columns, and decode validation."""
+"""batch_codec: numpy columns -> TcpInfoBatch -> numpy columns; the decoder on any valid encoding."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,9 +14,12 @@ from collector.batch_codec import (
     COLUMNS,
     BatchDecodeError,
     BatchHeader,
+    decode_all,
     decode_batch,
+    decode_varints,
     encode_batches,
     encode_varints,
+    scan_batch,
 )
 from schemas.tcpinfo_pb2 import TcpInfoBatch
 
@@ -35,6 +39,7 @@ def random_columns(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray]
             vals = np.where(bits >= dt.itemsize * 8, vals, vals & mask)
             cols[name] = vals.astype(dt)
     cols["cc_index"] = rng.integers(0, 3, size=rows).astype(np.uint32)
+    cols["client_prefix_len"] = rng.integers(0, 129, size=rows).astype(np.uint32)  # the contract's range
     return cols
 
 
@@ -144,3 +149,252 @@ def test_decode_rejects_bad_batches() -> None:
 def test_unknown_column_rejected_on_encode() -> None:
     with pytest.raises(ValueError, match="unknown column"):
         encode_batches({"nope": np.zeros(3, np.uint32)}, header(), first_sequence=0)
+
+
+# ---------------------------------------------------------------- the decoder on any valid encoding
+#
+# The oracle is the protobuf runtime (an independent parser of the same .proto)
+# plus the contract's checks, written out plainly here.
+
+
+def runtime_decode(data: bytes) -> tuple[TcpInfoBatch, dict[str, np.ndarray]]:
+    """Reference: parse with the protobuf runtime, validate like the contract says; ValueError if bad."""
+    msg = TcpInfoBatch.FromString(data)  # raises DecodeError
+    rows = msg.row_count
+    if msg.schema_version != 1:
+        raise ValueError("schema_version")
+    if msg.batch_count and msg.batch_index >= msg.batch_count:
+        raise ValueError("batch_index")
+    cols: dict[str, np.ndarray] = {}
+    for name in COLUMNS:
+        value = getattr(msg, name)
+        if name in ADDRESS_COLUMNS:
+            if len(value) != 16 * rows:
+                raise ValueError(name)
+            cols[name] = np.frombuffer(value, dtype=np.uint8).reshape(rows, 16)
+        else:
+            if len(value) != rows:
+                raise ValueError(name)
+            cols[name] = np.array(value, dtype=COLUMN_DTYPES[name])
+    if rows and int(cols["cc_index"].max()) >= len(msg.cc_names):
+        raise ValueError("cc_index")
+    if rows and int(cols["client_prefix_len"].max()) > 128:
+        raise ValueError("client_prefix_len")
+    return msg, cols
+
+
+def assert_same_as_runtime(data: bytes) -> None:
+    try:
+        ref_msg, ref_cols = runtime_decode(data)
+    except Exception as exc:  # the runtime refuses: so must we, with our error type
+        with pytest.raises(BatchDecodeError):
+            decode_batch(data)
+        assert isinstance(exc, DecodeError | ValueError | RuntimeError), exc
+        return
+    got = decode_batch(data)
+    assert (got.host, got.sequence, got.run_id, got.row_count, got.cc_names) == (
+        ref_msg.host,
+        ref_msg.sequence,
+        ref_msg.run_id,
+        ref_msg.row_count,
+        list(ref_msg.cc_names),
+    )
+    assert got.parse_errors == {e.kind: e.count for e in ref_msg.parse_errors}
+    for name in COLUMNS:
+        assert got.columns[name].dtype == COLUMN_DTYPES[name], name
+        np.testing.assert_array_equal(got.columns[name], ref_cols[name], err_msg=name)
+
+
+def split_fields(data: bytes) -> list[bytes]:
+    """The top-level fields of a message, each as its raw bytes (test helper, assumes valid input)."""
+    out: list[bytes] = []
+    pos = 0
+    while pos < len(data):
+        start = pos
+        tag, pos = _read(data, pos)
+        wire = tag & 7
+        if wire == 0:
+            _, pos = _read(data, pos)
+        elif wire == 2:
+            n, pos = _read(data, pos)
+            pos += n
+        else:
+            pos += 8 if wire == 1 else 4
+        out.append(data[start:pos])
+    return out
+
+
+def _read(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, pos
+
+
+def field_number(raw: bytes) -> int:
+    return _read(raw, 0)[0] >> 3
+
+
+def good_message(rows: int = 40, seed: int = 2) -> bytes:
+    cols = random_columns(np.random.default_rng(seed), rows)
+    return encode_batches(cols, header(), first_sequence=9)[0]
+
+
+def packed(field: int, values: list[int]) -> bytes:
+    payload = b"".join(_varint(v) for v in values)
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(0, 120), seed=st.integers(0, 2**32 - 1))
+def test_decoder_matches_protobuf_runtime(rows: int, seed: int) -> None:
+    for m in encode_batches(random_columns(np.random.default_rng(seed), rows), header(), 0, max_rows=50):
+        assert_same_as_runtime(m)
+
+
+def test_any_field_order_unknown_fields_and_repeats_decode_like_the_runtime() -> None:
+    data = good_message()
+    fields = split_fields(data)
+    assert b"".join(fields) == data
+    rng = np.random.default_rng(7)
+    unknown = [
+        _varint(200 << 3 | 0) + _varint(2**40),  # varint
+        _varint(201 << 3 | 1) + bytes(8),  # fixed64
+        _varint(202 << 3 | 5) + bytes(4),  # fixed32
+        _varint(203 << 3 | 2) + b"\x03abc",  # length-delimited
+        _varint(204 << 3 | 3) + _varint(1 << 3 | 0) + b"\x05" + _varint(204 << 3 | 4),  # group
+    ]
+    rtt = TcpInfoBatch.FromString(data).rtt
+    rtt_num = TcpInfoBatch.DESCRIPTOR.fields_by_name["rtt"].number
+    src_num = TcpInfoBatch.DESCRIPTOR.fields_by_name["src_addr"].number
+    without_rtt = [f for f in fields if field_number(f) != rtt_num]
+    columns_first = [f for f in fields if field_number(f) >= 32] + [f for f in fields if field_number(f) < 32]
+    variants = {
+        "reversed": b"".join(reversed(fields)),
+        "shuffled": b"".join(fields[i] for i in rng.permutation(len(fields))),
+        "header last": b"".join(columns_first),
+        **{f"unknown {i}": u + data + u for i, u in enumerate(unknown)},
+        "unknown inside body": b"".join(f + (unknown[3] if field_number(f) == 60 else b"") for f in fields),
+        # a packed column split in two fields concatenates; written unpacked it is the same values
+        "split packed": b"".join(without_rtt) + packed(rtt_num, list(rtt[:15])) + packed(rtt_num, list(rtt[15:])),
+        "unpacked": b"".join(without_rtt) + b"".join(_varint(rtt_num << 3) + _varint(v) for v in rtt),
+        "half unpacked": b"".join(without_rtt)
+        + packed(rtt_num, list(rtt[:10]))
+        + b"".join(_varint(rtt_num << 3) + _varint(v) for v in rtt[10:]),
+        # a repeated scalar header field: the last one wins; a bytes column twice: the last one wins
+        "header twice": _varint(3 << 3 | 2) + b"\x05other" + data,
+        "address twice": _varint(src_num << 3 | 2) + _varint(640) + bytes(640) + data,
+        "empty packed first": packed(rtt_num, []) + data,
+    }
+    for name, variant in variants.items():
+        ref_msg, ref_cols = runtime_decode(variant)
+        got = decode_batch(variant)
+        assert got.host == ref_msg.host, name
+        for col in COLUMNS:
+            np.testing.assert_array_equal(got.columns[col], ref_cols[col], err_msg=f"{name}: {col}")
+        np.testing.assert_array_equal(got.columns["rtt"], np.array(rtt, dtype=np.uint32), err_msg=name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), min_size=1, max_size=4),
+    cut=st.integers(0, 10**6),
+)
+def test_damaged_messages_never_crash_and_agree_with_the_runtime(
+    seed: int, flips: list[tuple[int, int]], cut: int
+) -> None:
+    data = bytearray(good_message(rows=int(seed % 30), seed=seed))
+    for pos, value in flips:
+        data[pos % len(data)] = value
+    assert_same_as_runtime(bytes(data))
+    assert_same_as_runtime(bytes(data[: cut % (len(data) + 1)]))
+
+
+@given(st.binary(max_size=300))
+def test_random_bytes_never_crash(data: bytes) -> None:
+    assert_same_as_runtime(data)
+
+
+def test_varints_of_every_width() -> None:
+    values = np.array(
+        [0, 1, 127, 128, 300, 2**14, 2**21 - 1, 2**32 - 1, 2**35, 2**63, 2**64 - 1], dtype=np.uint64
+    )
+    for vals in (
+        values,
+        np.repeat(values, 3),
+        np.full(5, 2**64 - 1, dtype=np.uint64),
+        np.arange(100, dtype=np.uint64),
+    ):
+        buf = np.frombuffer(encode_varints(vals), dtype=np.uint8)
+        assert np.array_equal(decode_varints(buf, len(vals)), vals)
+
+
+def _small_batch(rows: int = 4) -> TcpInfoBatch:
+    cols = random_columns(np.random.default_rng(0), rows)
+    return TcpInfoBatch.FromString(encode_batches(cols, header(), 5)[0])
+
+
+def _decode_one_in_group(data: bytes) -> None:
+    scanned = scan_batch(data)
+    _, bad = decode_all([scanned])
+    if bad:
+        raise BatchDecodeError(bad[0])
+
+
+@pytest.mark.parametrize("path", [decode_batch, _decode_one_in_group])
+@pytest.mark.parametrize(
+    "mutate, reason",
+    [
+        (lambda m: setattr(m, "schema_version", 2), "schema_version 2"),
+        (lambda m: setattr(m, "row_count", 5), "row_count"),
+        (lambda m: setattr(m, "dst_addr", b"\x01" * 15), "dst_addr"),
+        (lambda m: m.rtt.append(5), "column rtt has 5 values, row_count is 4"),
+        (lambda m: m.cc_index.__setitem__(0, 9), "cc_index 9"),
+        (lambda m: m.client_prefix_len.__setitem__(1, 200), "client_prefix_len 200"),
+        (lambda m: setattr(m, "batch_index", 3), "batch_index"),
+    ],
+)
+def test_bad_batches_are_rejected_with_a_reason(path: object, mutate: object, reason: str) -> None:
+    msg = _small_batch()
+    msg.batch_count = 1
+    mutate(msg)  # type: ignore[operator]
+    with pytest.raises(BatchDecodeError, match=reason):
+        path(msg.SerializeToString())  # type: ignore[operator]
+
+
+def test_bad_batch_in_a_group_only_drops_that_batch_and_order_is_kept() -> None:
+    cols = random_columns(np.random.default_rng(4), 600)
+    msgs = encode_batches(cols, header(), 0, max_rows=100)
+    bad_msg = _small_batch()
+    bad_msg.cc_index[0] = 7
+    # one good batch re-encoded unpacked, so the runtime parses it inside the group
+    odd = TcpInfoBatch.FromString(msgs[3])
+    rtt_num = TcpInfoBatch.DESCRIPTOR.fields_by_name["rtt"].number
+    values = list(odd.rtt)
+    odd.ClearField("rtt")
+    odd_data = odd.SerializeToString() + b"".join(_varint(rtt_num << 3) + _varint(v) for v in values)
+    data = [*msgs[:2], bad_msg.SerializeToString(), msgs[2], odd_data, *msgs[4:]]
+    scanned = [scan_batch(m) for m in data]
+    assert scanned[4].spans is None and scanned[4].columns is not None  # took the runtime path
+    group, bad = decode_all(scanned)
+    assert list(bad) == [2] and "cc_index" in bad[2]
+    assert int(group.rows.sum()) == 600
+    for name in COLUMNS:
+        np.testing.assert_array_equal(
+            group.columns[name].astype(COLUMN_DTYPES[name]).reshape(cols[name].shape), cols[name], err_msg=name
+        )
+
+
+def test_empty_batch_with_column_data_is_rejected() -> None:
+    msg = _small_batch()
+    msg.row_count = 0
+    msg.ClearField("src_addr")
+    msg.ClearField("dst_addr")
+    msg.ClearField("client_prefix")
+    with pytest.raises(BatchDecodeError, match="row_count is 0"):
+        decode_batch(msg.SerializeToString())

@@ -30,12 +30,21 @@ class SlowSink:
     def __init__(self, inner: FileSink, stop: StopFlag, delay: float, polls: int) -> None:
         self.inner, self.stop, self.delay, self.polls, self.seen = inner, stop, delay, polls, 0
 
-    def send_poll(self, batches: list[bytes]) -> None:
+    def begin_poll(self) -> None:
+        self.inner.begin_poll()
+
+    def send(self, data: bytes) -> None:
+        self.inner.send(data)
+
+    def end_poll(self) -> None:
         time.sleep(self.delay)
-        self.inner.send_poll(batches)
+        self.inner.end_poll()
         self.seen += 1
         if self.seen >= self.polls:
             self.stop.set("test")
+
+    def send_poll(self, batches: list[bytes]) -> None:
+        raise AssertionError("the loop sends batch by batch")
 
     def service(self, timeout: float = 0.0) -> None:
         self.inner.service(timeout)

@@ -27,7 +27,6 @@ import numpy as np
 from collector.tcpinfo_layout import (
     APP_LIMITED_BYTE,
     FIELDS,
-    TCP_INFO_DTYPE,
     TCP_INFO_MAX,
     TCP_INFO_WORDS,
     WSCALE_BYTE,
@@ -326,6 +325,37 @@ def _gather_words(base: np.ndarray, pos: np.ndarray, payload_len: np.ndarray, nw
     return out
 
 
+_BLOCK_ROWS = 2048  # rows transposed at a time: 2048 * 248 bytes stay in the CPU cache
+
+
+def _info_columns(words: np.ndarray) -> dict[str, np.ndarray]:
+    """tcp_info fields and bit fields as contiguous columns from (rows, TCP_INFO_WORDS) words.
+
+    The words are transposed in row blocks first: reading one field of every
+    row straight from `words` would pull the whole record array through the
+    cache once per column (~60 times), and the encoder reads every column.
+    """
+    rows = words.shape[0]
+    wt = np.empty((TCP_INFO_WORDS, rows), dtype=np.uint32)
+    for start in range(0, rows, _BLOCK_ROWS):
+        wt[:, start : start + _BLOCK_ROWS] = words[start : start + _BLOCK_ROWS].T
+    cols: dict[str, np.ndarray] = {}
+    for name, off, size in FIELDS:
+        word = wt[off >> 2]
+        if size == 4:
+            cols[name] = word
+        elif size == 8:
+            cols[name] = word.astype(np.uint64) | (wt[(off >> 2) + 1].astype(np.uint64) << np.uint64(32))
+        else:  # 1 or 2 bytes inside a little-endian word
+            cols[name] = (word >> np.uint32(8 * (off & 3))) & np.uint32((1 << (8 * size)) - 1)
+    flags = wt[WSCALE_BYTE >> 2] >> np.uint32(8 * (WSCALE_BYTE & 3))
+    cols["snd_wscale"] = flags & np.uint32(0x0F)
+    cols["rcv_wscale"] = (flags >> np.uint32(4)) & np.uint32(0x0F)
+    limited = wt[APP_LIMITED_BYTE >> 2] >> np.uint32(8 * (APP_LIMITED_BYTE & 3))
+    cols["app_limited"] = limited & np.uint32(0x01)
+    return cols
+
+
 def _to_mapped16(raw: np.ndarray, is_v4: np.ndarray) -> np.ndarray:
     """16-byte addresses; IPv4 rows (first 4 bytes) become ::ffff:a.b.c.d."""
     if not is_v4.any():
@@ -485,15 +515,8 @@ def parse_messages(
     if missing.any():
         errors["missing_tcp_info"] += int(np.count_nonzero(missing))
     words = _gather_words(base, info_pos, np.minimum(info_len, TCP_INFO_MAX), TCP_INFO_WORDS)
-    info = words.view(TCP_INFO_DTYPE).reshape(rows)
     cols["tcp_info_len"] = np.where(missing, 0, np.minimum(info_len, 0xFFFF)).astype(np.uint32)
-    for name, _, size in FIELDS:
-        # 4- and 8-byte fields stay strided views into `words`; the encoder reads them as they are
-        cols[name] = info[name] if size >= 4 else info[name].astype(np.uint32)
-    flags = words.view(np.uint8)[:, WSCALE_BYTE : APP_LIMITED_BYTE + 1]
-    cols["snd_wscale"] = (flags[:, 0] & 0x0F).astype(np.uint32)
-    cols["rcv_wscale"] = (flags[:, 0] >> 4).astype(np.uint32)
-    cols["app_limited"] = (flags[:, 1] & 0x01).astype(np.uint32)
+    cols.update(_info_columns(words))
 
     # ---- congestion control name
     cong_pos, cong_len = found[INET_DIAG_CONG], flen[INET_DIAG_CONG]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib
 import logging
 import math
 import time
@@ -32,16 +31,6 @@ if TYPE_CHECKING:
     from controller.store import Store
 
 log = logging.getLogger("dyncc.control")
-
-
-def _optional(module: str) -> ModuleType | None:
-    """The rollout side's modules, when present (they are written separately)."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        if exc.name != module:
-            raise
-        return None
 
 
 def _add_common(parser: argparse.ArgumentParser, suppress: bool) -> None:
@@ -92,12 +81,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     _add_common(explain, suppress=True)
     explain.add_argument("--pop", required=True, default=argparse.SUPPRESS)
     explain.add_argument("--prefix", required=True)
-    rollout = _optional("controller.rollout_actions")
-    if rollout is not None:
-        rollout.register(subparsers)
-    publisher = _optional("controller.publisher")
-    if publisher is not None:
-        publisher.add_publish_options(parser)
+    from controller import publisher, rollout_actions
+
+    rollout_actions.register(subparsers)
+    publisher.add_publish_options(parser)
 
 
 def scoring_config(args: argparse.Namespace) -> ScoringConfig:
@@ -202,11 +189,15 @@ class Controller:
         self.cfg = cfg
         self.args = args
         self.metrics = metrics
-        self.publisher = None if args.dry_run else _optional("controller.publisher")
+        from controller import publisher
+
+        self.publisher: ModuleType | None = None if args.dry_run else publisher
         target = getattr(args, "kafka", None) or getattr(args, "publish_dir", None)
         if self.publisher is not None and not target:
             log.warning("no --kafka or --publish-dir: desired states are recorded but not published")
             self.publisher = None
+        # The publisher's counters go on the controller's registry (one /metrics endpoint).
+        args.metrics_registry = metrics.registry
         self.expire_seconds = int(parse_duration(args.expire, "expire"))
 
     def round(self, now: dt.datetime | None = None) -> RoundResult | None:
@@ -224,7 +215,7 @@ class Controller:
             return None
         self.metrics.observe(result)
         log.info("%s", round_line(result, self.args.dry_run))
-        if self.publisher is not None and result.states:
+        if self.publisher is not None:  # also with no states: rollouts in flight advance
             try:
                 self.publisher.publish_round(self.store, result.states, self.args)
             except Exception as exc:  # the next round retries; never kill the loop
@@ -249,10 +240,9 @@ def _print_decisions(result: RoundResult) -> None:
 def run(args: argparse.Namespace) -> int:
     action = getattr(args, "action", None)
     if action not in (None, "explain"):
-        rollout = _optional("controller.rollout_actions")
-        if rollout is None:
-            raise ConfigError(f"action {action!r} is not available")
-        code = rollout.run(args)
+        from controller import rollout_actions
+
+        code = rollout_actions.run(args)
         if code is not None:
             return int(code)
         raise ConfigError(f"unknown action {action!r}")

@@ -34,7 +34,7 @@ client_prefix) are uint8 arrays of shape (rows, 16).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -107,7 +107,11 @@ _IS_ADDR: tuple[bool, ...] = tuple(name in ADDRESS_COLUMNS for name in COLUMNS)
 
 @dataclass
 class BatchHeader:
-    """Per-poll header values shared by every batch of the poll."""
+    """Header values of a poll's batches.
+
+    poll_end_ns, sockets_* and parse_errors are poll totals: the contract puts
+    them (and batch_count) on the poll's last batch only (schemas/tcpinfo.proto).
+    """
 
     host: str
     pop: str = ""
@@ -354,12 +358,20 @@ def encode_batches(
 ) -> list[bytes]:
     """Serialized TcpInfoBatch messages for one poll, sequences first_sequence, +1, ...
 
-    A poll with no rows still yields one (empty) batch so its counters reach the reader.
+    Only the last batch carries batch_count and the poll totals (as the
+    collector sends them); a poll with no rows still yields that one (empty) batch.
     """
     bodies = split_bodies(columns, max_rows, max_bytes) or [(0, b"")]
     count = len(bodies)
+    partial = replace(header, poll_end_ns=0, sockets_seen=0, sockets_exported=0, sockets_filtered=0, parse_errors={})
     return [
-        encode_header(header, sequence=first_sequence + i, batch_index=i, batch_count=count, row_count=n)
+        encode_header(
+            header if i == count - 1 else partial,
+            sequence=first_sequence + i,
+            batch_index=i,
+            batch_count=count if i == count - 1 else 0,
+            row_count=n,
+        )
         + body
         for i, (n, body) in enumerate(bodies)
     ]

@@ -36,7 +36,7 @@ class CollectConfig:
     once: bool = False
     sink: str = "kafka"
     brokers: str = "127.0.0.1:9092"
-    topic: str = "dyncc.tcpinfo"
+    topic: str = "tcpinfo"
     queue_max_bytes: int = 64 << 20
     linger_ms: int = 50
     flush_timeout: float = 30.0
@@ -56,7 +56,7 @@ _KEYS: dict[str, tuple[str, Any]] = {
     "once": ("bool", False),
     "sink": ("str", "kafka"),
     "brokers": ("str", "127.0.0.1:9092"),
-    "topic": ("str", "dyncc.tcpinfo"),
+    "topic": ("str", "tcpinfo"),
     "queue_max_bytes": ("size", "64MiB"),
     "linger": ("duration", "50ms"),
     "flush_timeout": ("duration", "30s"),
@@ -93,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--once", action="store_const", const=True, help="one poll, flush the sink, exit")
     a("--sink", choices=SINKS, help="kafka (default), file or stdout (JSON lines)")
     a("--brokers", help="Kafka bootstrap servers (default 127.0.0.1:9092)")
-    a("--topic", help="Kafka topic (default dyncc.tcpinfo)")
+    a("--topic", help="Kafka topic (default tcpinfo, what dyncc ingest reads)")
     a("--queue-max-bytes", help="bound of the in-memory send queue (default 64MiB)")
     a("--linger", help="Kafka linger (default 50ms)")
     a("--flush-timeout", help="how long to wait for delivery at exit (default 30s)")

@@ -325,7 +325,7 @@ def _gather_words(base: np.ndarray, pos: np.ndarray, payload_len: np.ndarray, nw
     return out
 
 
-_BLOCK_ROWS = 2048  # rows transposed at a time: 2048 * 248 bytes stay in the CPU cache
+_BLOCK_ROWS = 512  # rows transposed at a time (512 * 248 bytes stay in the CPU cache)
 
 
 def _info_columns(words: np.ndarray) -> dict[str, np.ndarray]:

@@ -4,7 +4,9 @@ Each subcommand lives in its own module exposing
     configure(parser: argparse.ArgumentParser) -> None
     run(args: argparse.Namespace) -> int
 and is imported only when used, so `dyncc collect` never loads chDB or pandas.
-ConfigError and StoreError end the command with a one-line reason and exit 2.
+Subcommands without a config file of their own get `--config FILE.toml`
+(controller/cli_config.py).  ConfigError and StoreError end the command with a
+one-line reason and exit 2.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import sys
 from collections.abc import Sequence
 
 from collector.daemon import ConfigError
+from controller.cli_config import add_config_option, apply_config_file
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("collector.collect_cli", "dump TCP sockets over netlink and export TcpInfoBatch batches"),
@@ -53,10 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"dyncc {name}", description=desc)
     module.configure(parser)
-    parsed = parser.parse_args(args[1:])
     from controller.store import StoreError
 
     try:
+        if not any("--config" in action.option_strings for action in parser._actions):
+            # Commands without their own config handling get the generic TOML --config.
+            add_config_option(parser)
+            apply_config_file(parser, args[1:], name)
+        parsed = parser.parse_args(args[1:])
         return int(module.run(parsed) or 0)
     except (ConfigError, StoreError) as exc:
         print(f"dyncc {name}: {exc}", file=sys.stderr)

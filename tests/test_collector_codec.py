@@ -95,13 +95,17 @@ def test_round_trip(rows: int, seed: int, max_rows: int, max_bytes: int) -> None
     decoded = [decode_batch(m) for m in msgs]
     assert [d.sequence for d in decoded] == list(range(41, 41 + len(msgs)))
     assert [d.batch_index for d in decoded] == list(range(len(msgs)))
-    assert {d.batch_count for d in decoded} == {len(msgs)}
+    # only the last batch of a poll carries batch_count and the poll totals
+    assert [d.batch_count for d in decoded] == [0] * (len(msgs) - 1) + [len(msgs)]
+    last = decoded[-1]
+    assert (last.sockets_seen, last.sockets_exported, last.poll_end_ns) == (99, 7, 20)
+    assert last.parse_errors == {"truncated": 2}
+    assert all(not d.sockets_seen and not d.parse_errors and not d.poll_end_ns for d in decoded[:-1])
     assert sum(d.row_count for d in decoded) == rows
     for d, m in zip(decoded, msgs, strict=True):
         assert d.row_count <= max_rows
         assert d.row_count == 1 or len(m) <= max_bytes + 200  # header allowance
-        assert (d.host, d.pop, d.netns, d.run_id, d.sockets_seen) == ("edge1", "fra", "ns1", 123, 99)
-        assert d.parse_errors == {"truncated": 2}
+        assert (d.host, d.pop, d.netns, d.run_id, d.poll_start_ns) == ("edge1", "fra", "ns1", 123, 10)
         assert d.cc_names == ["bbr", "cubic", "reno"]
     for name in COLUMNS:
         got = np.concatenate([d.columns[name] for d in decoded]) if decoded else None

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from collector.batch_codec import decode_batch
@@ -187,3 +191,94 @@ def test_kafka_queue_drops_oldest_whole_poll() -> None:
     assert [p.batches[0][:1] for p in sink.queue] == [b"\x02", b"\x03"]
     assert sink.close(5) > 0  # undeliverable: reported, not hidden
     assert metrics.value("dyncc_collect_delivery_failures_total") >= 2
+
+
+@contextmanager
+def loopback_connections(n: int) -> Iterator[None]:
+    """n established TCP connections on 127.0.0.1 (both ends open) for the duration."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(n)
+    ends: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            c = socket.create_connection(lst.getsockname())
+            s, _ = lst.accept()
+            ends += [c, s]
+        yield
+    finally:
+        for e in ends:
+            e.close()
+        lst.close()
+
+
+def test_poll_hands_batches_on_while_it_runs() -> None:
+    from collector.filters import FilterSpec
+    from collector.poller import Poller, PollerConfig
+
+    sent: list[tuple[int, bytes]] = []
+    with loopback_connections(30):
+        cfg = PollerConfig(host="t", filters=FilterSpec(), max_rows=7)
+        result = Poller(cfg).poll(emit=lambda data: sent.append((time.time_ns(), data)))
+    assert result.batches == []  # handed on, not kept
+    got = [decode_batch(data) for _, data in sent]
+    n = len(got)
+    assert n >= 9 and result.sent_batches == n and result.sent_bytes == sum(len(d) for _, d in sent)
+    assert [b.sequence for b in got] == list(range(n))
+    assert [b.batch_index for b in got] == list(range(n))
+    assert [b.batch_count for b in got] == [0] * (n - 1) + [n]
+    last = got[-1]
+    assert last.sockets_exported == sum(b.row_count for b in got) == result.exported >= 60
+    assert max(b.row_count for b in got) <= 7
+    # the first batches left before the dump had finished
+    assert sent[0][0] < last.poll_end_ns
+
+
+def test_kafka_queue_drops_the_rest_of_a_poll_that_alone_overflows_it() -> None:
+    metrics = CollectMetrics(prometheus=False)
+    sink = KafkaSink(
+        "127.0.0.1:9",
+        "t",
+        "h",
+        metrics,
+        queue_max_bytes=1200,
+        extra={"queue.buffering.max.messages": 1, "message.timeout.ms": 1000},
+    )
+    sink.begin_poll()
+    for i in range(5):  # one goes to librdkafka, two wait, the third overflows: the poll is dropped
+        sink.send(bytes([i]) * 500)
+        assert sink.queue_bytes <= 1200
+    sink.end_poll()
+    assert metrics.value("dyncc_collect_dropped_polls_total") == 1
+    assert metrics.value("dyncc_collect_dropped_batches_total") == 4
+    assert sink.queue_bytes == 0 and not sink.queue
+    sink.send_poll([b"n" * 500])  # the next poll is queued normally
+    assert sink.queue_bytes == 500 and [p.batches for p in sink.queue] == [[b"n" * 500]]
+    assert sink.close(3) > 0
+
+
+def test_retried_dump_leaves_out_sockets_already_sent() -> None:
+    from collector.batch_codec import empty_columns
+    from collector.diag_parse import Parsed
+    from collector.filters import FilterSpec
+    from collector.poller import PollerConfig, _Encoder
+
+    def chunk(cookies: list[int]) -> Parsed:
+        cols = empty_columns(len(cookies))
+        del cols["client_prefix"], cols["client_prefix_len"]
+        cols["cookie"] = np.array(cookies, dtype=np.uint64)
+        cols["state"][:] = 1
+        cols["dst_addr"][:, 10:12] = 0xFF
+        cols["dst_addr"][:, 12:] = (198, 51, 100, 7)
+        return Parsed(columns=cols, cc_names=[""], rows=len(cookies))
+
+    cfg = PollerConfig(host="t", filters=FilterSpec(), max_rows=4)
+    first: list[int] = []
+    enc = _Encoder(cfg, [""], lambda rows, body: first.append(rows))
+    enc(chunk([1, 2, 3, 4, 5]))  # 4+ rows: flushed (sent) at once
+    assert sum(first) == 5 and enc.sent_rows == 5
+    retry: list[int] = []
+    again = _Encoder(cfg, [""], lambda rows, body: retry.append(rows), np.concatenate(enc.sent_cookies))
+    again(chunk([1, 2, 3, 4, 5, 6, 7]))
+    again.flush()
+    assert sum(retry) == 2 and again.exported == 2 and again.seen == 7

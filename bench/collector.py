@@ -2,7 +2,7 @@
 
     sudo .venv/bin/python bench/collector.py [--conns 100000] [--rounds 5] [--brokers 127.0.0.1:19092]
 
-Creates a namespace (dcol-bench-*), opens the connections from several holder
+Creates a namespace (dbench-col-*), opens the connections from several holder
 processes (the open-files limit is 20000 per process; each holder keeps both
 ends of its connections), then alternates `ss -tin > /dev/null`,
 `dyncc collect --once --sink file` and `dyncc collect --once --sink kafka`
@@ -10,6 +10,8 @@ ends of its connections), then alternates `ss -tin > /dev/null`,
 with --netns, so it can reach the broker on 127.0.0.1).  Prints sockets/s for each, the ratio to ss, and each
 command's peak RSS (from wait4), and the per-poll time of a long-running
 collector (no interpreter start-up) for comparison.  Everything is torn down at the end.
+Note: the kernel walks one socket hash table for every namespace, so other
+sockets on the host (other benchmarks, tests) slow every dump; run it alone.
 Not part of the test suite.
 """
 
@@ -140,8 +142,8 @@ def main() -> int:
         hold(args.hold, args.port, args.addr)
         return 0
 
-    ns = f"dcol-bench-{uuid.uuid4().hex[:6]}"
-    tmp = Path(tempfile.mkdtemp(prefix="dcol-bench-"))
+    ns = f"dbench-col-{uuid.uuid4().hex[:6]}"
+    tmp = Path(tempfile.mkdtemp(prefix="dbench-col-"))
     holders: list[subprocess.Popen[str]] = []
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
@@ -179,7 +181,7 @@ def main() -> int:
             f"({time.perf_counter() - t0:.1f}s to set up)"
         )
 
-        topic = f"dcol_bench_{uuid.uuid4().hex[:8]}"
+        topic = f"dbench_col_{uuid.uuid4().hex[:8]}"
         common = ["--once", "--no-default-excludes", "--host", "bench", "--pop", "lab"]
         runs: dict[str, list[tuple[float, int, int]]] = {
             "ss -tin": [],

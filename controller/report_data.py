@@ -3,6 +3,10 @@
 Every query returns times as Unix seconds (`ts`), converted here to UTC timestamps, so the
 result does not depend on the server's time zone.  Also `render_view`, which expands Grafana's
 `$__timeFilter(col)` macro the way the ClickHouse data source does, to run sql/views/*.sql.
+
+Each report section is one query file.  The parts they share are files of their own spliced in
+by `compose`: `{source}` (the per-bucket delivery-rate states, from the 5-minute rollup or from
+raw tcpinfo in finer buckets) and `{groups}` (the treated / holdout group of each prefix).
 """
 
 from __future__ import annotations
@@ -25,6 +29,11 @@ ISP_TOP = 8
 ISP_MAX_PREFIXES = 4000   # keeps the per-ISP query text well under ClickHouse's max_query_size
 
 _TIME_FILTER = re.compile(r"\$__timeFilter\(\s*(\w+)\s*\)")
+_SLOT = re.compile(r"\{(\w+)\}")
+_PART_NAME = re.compile(r"report_[a-z0-9_]+")
+SOURCE_ROLLUP = "report_source_rollup"
+SOURCE_RAW = "report_source_raw"
+GROUPS = "report_treatment_groups"
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,42 @@ def render_view(sql: str, start: dt.datetime, end: dt.datetime) -> str:
     )
 
 
+def splice(sql: str, parts: dict[str, str]) -> str:
+    """`sql` with each `{slot}` replaced by parts[slot]; comment lines of both dropped.  Pure.
+
+    Every slot must be given and every part used: a typo fails here, not on the server.  The
+    parts are inserted as they are (no slot expansion inside them), so callers pass only the
+    text of dyncc's own .sql files (see `compose`), never anything a user typed.
+    """
+    sql = _code(sql)
+    slots = set(_SLOT.findall(sql))
+    if slots != set(parts):
+        raise ValueError(f"query slots {sorted(slots)} do not match the parts given {sorted(parts)}")
+    return _SLOT.sub(lambda m: _code(parts[m.group(1)]) + "\n", sql)
+
+
+def _code(sql: str) -> str:
+    """The SQL without its whole-line `--` comments."""
+    return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).strip()
+
+
+def compose(name: str, **slots: str) -> str:
+    """Query file `name` with each `{slot}` replaced by the text of the query file slots[slot].
+
+    Only names of sql/queries/report_*.sql files are accepted for the parts, so nothing but
+    dyncc's own SQL is spliced; %(param)s placeholders are left for the store to render.
+    """
+    for part in slots.values():
+        if not _PART_NAME.fullmatch(part):
+            raise ValueError(f"not a report query file name: {part!r}")
+    return splice(query(name), {slot: query(part) for slot, part in slots.items()})
+
+
+def source_for(bucket: int) -> str:
+    """The per-bucket source for a bucket length: the 5-minute rollup, or raw tcpinfo."""
+    return SOURCE_ROLLUP if bucket == int(BUCKET.total_seconds()) else SOURCE_RAW
+
+
 def view_text(name: str) -> str:
     return query(f"views/{name}")
 
@@ -123,8 +168,10 @@ def _with_time(df: pd.DataFrame, column: str = "ts", into: str = "time") -> pd.D
     return df
 
 
-def _q(store: Store, name: str, params: dict[str, Any], time_col: str = "ts") -> pd.DataFrame:
-    df = store.query_df(query(name), params)
+def _q(
+    store: Store, name: str, params: dict[str, Any], time_col: str = "ts", **slots: str
+) -> pd.DataFrame:
+    df = store.query_df(compose(name, **slots), params)
     return _with_time(df, time_col) if time_col in df.columns else df
 
 
@@ -151,7 +198,7 @@ def load(
     """Run every report query for the window (see default_window) and the POP filter ('' = all).
 
     `bucket_seconds`: time resolution; None picks one (auto_bucket).  300 reads the 5-minute
-    rollup; anything else reads the raw tcpinfo table (the *_raw queries).
+    rollup; anything else reads the raw tcpinfo table (report_source_raw.sql).
     """
     import pandas as pd
 
@@ -161,14 +208,15 @@ def load(
         return ReportData(None, [], empty, empty, empty, empty, empty, empty, empty, empty,
                           IspData(enabled=asn_table is not None))
     bucket = int(bucket_seconds or auto_bucket(window))
-    raw = "" if bucket == 300 else "_raw"
+    source = source_for(bucket)
     params: dict[str, Any] = {"pop": pop, "start": window.start, "end": window.end, "bucket": bucket}
-    delivery = _q(store, "report_delivery_by_pop" + raw, params)
+    delivery = _q(store, "report_delivery_by_pop", params, source=source)
     configs = _q(store, "report_config_versions", params)
     selections = _q(store, "report_selections_per_round", params)
-    groups = _q(store, "report_treatment_groups", {"pop": pop, "end": window.end}, time_col="t0_ts")
-    treated = _q(store, "report_treated_series" + raw, params)
-    treated_split = _q(store, "report_treated_vs_holdout" + raw, params)
+    groups = _q(store, GROUPS, {"pop": pop, "end": window.end}, time_col="t0_ts")
+    treated = _q(store, "report_treated_vs_holdout", {**params, "split": 0}, source=source, groups=GROUPS)
+    treated = treated.drop(columns=["phase"], errors="ignore")
+    treated_split = _q(store, "report_treated_vs_holdout", {**params, "split": 1}, source=source, groups=GROUPS)
     goodput = _q(store, "report_goodput", params)
     bbr_share = _q(store, "report_bbr_share", params)
     pops = sorted(set(delivery.get("pop", pd.Series(dtype=str))) | set(selections.get("pop", [])))
@@ -177,11 +225,11 @@ def load(
         bucket_seconds=bucket,
     )
     if asn_table is not None:
-        data.isp = load_isp(store, params, asn_table, raw)
+        data.isp = load_isp(store, params, asn_table, source)
     return data
 
 
-def load_isp(store: Store, params: dict[str, Any], table: AsnTable, raw: str = "") -> IspData:
+def load_isp(store: Store, params: dict[str, Any], table: AsnTable, source: str = SOURCE_ROLLUP) -> IspData:
     seen = store.query_rows(query("report_prefixes"), params)
     weighted = [(str(p), int(n)) for p, n in seen]
     prefixes, labels, dropped = map_prefixes(table, weighted, ISP_TOP, ISP_MAX_PREFIXES)
@@ -189,7 +237,7 @@ def load_isp(store: Store, params: dict[str, Any], table: AsnTable, raw: str = "
     isp = IspData(True, None, table.entries, table.malformed, dropped, len(weighted) - mapped_all)
     if prefixes:
         isp_params = {**params, "prefixes": prefixes, "isps": labels}
-        df = store.query_df(query("report_isp_low_percentiles" + raw), isp_params)
+        df = store.query_df(compose("report_isp_low_percentiles", source=source), isp_params)
         isp.df = _with_time(df)
     return isp
 

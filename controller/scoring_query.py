@@ -152,7 +152,7 @@ def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version:
             for i in range(window.buckets):
                 fresh.setdefault((p_, first + i * cfg.bucket_seconds), 0)
     stale = sorted(k for k, n in fresh.items() if k not in cached or cached[k][1] != n)
-    template = _sql(f"scoring_refresh_{_kind(cfg)}")
+    template = _sql("scoring_refresh_insert").replace("{source}", _sql(f"scoring_refresh_{_kind(cfg)}"))
     for i in range(0, len(stale), REFRESH_CHUNK):
         chunk = stale[i : i + REFRESH_CHUNK]
         with_data = [k for k in chunk if fresh[k]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
+import pandas as pd
 import pytest
 
 from controller.cli import main
@@ -183,3 +184,27 @@ def test_views_run_and_return_expected_rows(synth_store):
 
     notes = results["config_versions_annotations"]
     assert sorted(notes["text"]) == ["lax v1: 2 prefixes", "lax v2: 3 prefixes", "ord v1: 2 prefixes"]
+
+
+def test_raw_and_rollup_sources_agree_on_five_minute_buckets(synth_store):
+    """report_source_raw.sql in 300 s buckets gives what report_source_rollup.sql reads."""
+    from controller.report_data import GROUPS, SOURCE_RAW, SOURCE_ROLLUP, compose
+
+    store, synth = synth_store
+    end = rs.T0 + dt.timedelta(hours=rs.HOURS)
+    params = {"pop": "", "start": rs.T0, "end": end, "bucket": 300, "split": 1}
+    for name, slots in (("report_delivery_by_pop", {}), ("report_treated_vs_holdout", {"groups": GROUPS})):
+        rollup = store.query_df(compose(name, source=SOURCE_ROLLUP, **slots), params)
+        raw = store.query_df(compose(name, source=SOURCE_RAW, **slots), params)
+        assert len(rollup) >= synth.buckets * 2, name
+        key = [c for c in ("pop", "grp", "ts", "phase") if c in rollup.columns]
+        rollup, raw = (df.sort_values(key).reset_index(drop=True) for df in (rollup, raw))
+        pd.testing.assert_frame_equal(rollup, raw, check_dtype=False, obj=name)
+    split = store.query_df(compose("report_treated_vs_holdout", source=SOURCE_RAW, groups=GROUPS), params)
+    t_select = int(rs.T_SELECT.replace(tzinfo=dt.UTC).timestamp())
+    treated = split[split["grp"] == "treated"]
+    assert set(treated["phase"]) == {"before", "after"}
+    assert (treated[treated["phase"] == "after"]["ts"].astype("int64") >= t_select).all()
+    series = store.query_df(compose("report_treated_vs_holdout", source=SOURCE_RAW, groups=GROUPS),
+                            {**params, "split": 0})
+    assert set(series["phase"]) == {""} and len(series) == synth.buckets * 2

@@ -155,3 +155,38 @@ def test_auto_bucket():
     assert auto_bucket(Window(T, T + dt.timedelta(minutes=5))) == 10
     assert auto_bucket(Window(T, T + dt.timedelta(minutes=20))) == 20
     assert auto_bucket(Window(T, T + dt.timedelta(minutes=119))) == 120
+
+
+def test_splice_inserts_parts_without_comments_and_checks_slots():
+    from controller.report_data import splice
+
+    sql = "-- uses {source} here\nSELECT a FROM ({source}) AS s\nJOIN ({groups}) USING (a)"
+    out = splice(sql, {"source": "-- the source\nSELECT a FROM t -- why\n", "groups": "SELECT a FROM g"})
+    assert out == "SELECT a FROM (SELECT a FROM t -- why\n) AS s\nJOIN (SELECT a FROM g\n) USING (a)"
+    assert "uses" not in out and "the source" not in out
+    with pytest.raises(ValueError, match="groups"):
+        splice(sql, {"source": "SELECT 1"})                     # a slot left empty
+    with pytest.raises(ValueError, match="extra"):
+        splice("SELECT 1", {"extra": "SELECT 2"})               # a part with no slot
+    # a part is inserted as is: a slot inside it is not expanded again
+    assert splice("SELECT * FROM ({s})", {"s": "SELECT '{s}'"}) == "SELECT * FROM (SELECT '{s}'\n)"
+
+
+def test_compose_splices_only_report_query_files():
+    from controller.report_data import GROUPS, SOURCE_RAW, SOURCE_ROLLUP, compose, source_for
+
+    assert source_for(300) == SOURCE_ROLLUP and source_for(30) == SOURCE_RAW and source_for(600) == SOURCE_RAW
+    for source in (SOURCE_ROLLUP, SOURCE_RAW):
+        for name, slots in (("report_delivery_by_pop", {"source": source}),
+                            ("report_isp_low_percentiles", {"source": source}),
+                            ("report_treated_vs_holdout", {"source": source, "groups": GROUPS})):
+            sql = compose(name, **slots)
+            assert "{" not in sql and "--" not in sql, name
+            assert ("FROM tcpinfo_5m" in sql) == (source == SOURCE_ROLLUP), name
+            assert ("%(bucket)s" in sql) == (source == SOURCE_RAW), name
+    assert "FROM selections" in compose("report_treated_vs_holdout", source=SOURCE_RAW, groups=GROUPS)
+    for bad in ("SELECT 1", "../views/treated_vs_holdout", "scoring_refresh_raw", "report_source_raw; DROP"):
+        with pytest.raises(ValueError, match="not a report query file"):
+            compose("report_delivery_by_pop", source=bad)
+    with pytest.raises(ValueError, match="slots"):
+        compose("report_delivery_by_pop", source=SOURCE_RAW, groups=GROUPS)

@@ -1,6 +1,6 @@
 -- dyncc report: delivery-rate p5/p10/p50 (bytes/s) of qualifying flows (bytes_acked > 100 KB)
--- per POP per 5-minute bucket, merged from the tcpinfo_5m rollup.
--- Parameters: %(pop)s ('' = all), %(start)s, %(end)s.
+-- per POP per bucket.  {source} is report_source_rollup.sql or report_source_raw.sql.
+-- Parameters: %(pop)s ('' = all), %(start)s, %(end)s, %(bucket)s (raw source only).
 SELECT
     ts,
     pop,
@@ -11,14 +11,12 @@ SELECT
 FROM
 (
     SELECT
-        toUnixTimestamp(bucket) AS ts,
+        ts,
         pop,
-        countIfMerge(qualifying) AS qualifying,
-        quantilesIfMerge(0.05, 0.1, 0.5)(delivery_rate_qual_q) AS q
-    FROM tcpinfo_5m
-    WHERE (%(pop)s = '' OR pop = %(pop)s)
-      AND bucket >= %(start)s AND bucket < %(end)s
-    GROUP BY bucket, pop
+        countIfMerge(qual_state) AS qualifying,
+        quantilesIfMerge(0.05, 0.1, 0.5)(rate_state) AS q
+    FROM ({source}) AS src
+    GROUP BY ts, pop
 )
 WHERE qualifying > 0
 ORDER BY pop, ts

@@ -1,7 +1,9 @@
--- dyncc report: p5 / p10 / p50 delivery rate of qualifying flows per ISP per 5-minute bucket.
+-- dyncc report: p5 / p10 / p50 delivery rate of qualifying flows per ISP per bucket.
 -- %(prefixes)s and %(isps)s are parallel arrays (prefix -> ISP label) computed client-side by
 -- longest-prefix match against the operator's prefix->ASN file; other prefixes are left out.
--- Parameters: %(pop)s ('' = all), %(start)s, %(end)s, %(prefixes)s, %(isps)s.
+-- {source} is report_source_rollup.sql or report_source_raw.sql.
+-- Parameters: %(pop)s ('' = all), %(start)s, %(end)s, %(bucket)s (raw source only),
+-- %(prefixes)s, %(isps)s.
 SELECT
     ts,
     isp,
@@ -12,15 +14,13 @@ SELECT
 FROM
 (
     SELECT
-        toUnixTimestamp(bucket) AS ts,
+        ts,
         transform(prefix, %(prefixes)s, %(isps)s, '') AS isp,
-        countIfMerge(qualifying) AS qualifying,
-        quantilesIfMerge(0.05, 0.1, 0.5)(delivery_rate_qual_q) AS q
-    FROM tcpinfo_5m
-    WHERE (%(pop)s = '' OR pop = %(pop)s)
-      AND bucket >= %(start)s AND bucket < %(end)s
-      AND has(%(prefixes)s, prefix)
-    GROUP BY bucket, isp
+        countIfMerge(qual_state) AS qualifying,
+        quantilesIfMerge(0.05, 0.1, 0.5)(rate_state) AS q
+    FROM ({source}) AS src
+    WHERE has(%(prefixes)s, prefix)
+    GROUP BY ts, isp
 )
 WHERE qualifying > 0
 ORDER BY isp, ts

@@ -689,11 +689,10 @@ _VARINT_COLS: tuple[int, ...] = tuple(i for i, a in enumerate(_IS_ADDR) if not a
 _ADDR_COLS: tuple[int, ...] = tuple(i for i, a in enumerate(_IS_ADDR) if a)
 
 
-def _join(datas: list[bytes], spans: np.ndarray, cols: list[int], pad: bool = False) -> np.ndarray:
+def _join(datas: list[memoryview], spans: np.ndarray, cols: list[int], pad: bool = False) -> np.ndarray:
     """The payloads of columns `cols` of every batch, column-major (column by column, batches in order)."""
-    nb = len(datas)
     seg = spans[:, cols, :].transpose(1, 0, 2).reshape(-1, 2).tolist()
-    pieces = [datas[k % nb][s:e] for k, (s, e) in enumerate(seg)]
+    pieces: list[Any] = [d[s:e] for d, (s, e) in zip(datas * len(cols), seg, strict=True)]  # views: one copy
     if pad:
         pieces.append(_ZEROS)
     return np.frombuffer(b"".join(pieces), dtype=np.uint8)
@@ -710,7 +709,7 @@ def _decode_spans(batches: list[ScannedBatch], which: list[int], bad: dict[int, 
     of <= 4-byte varints in uint32, longer ones in uint64).  Every column holds
     `total` values, so value j of the k-th wide column is at k * total + j.
     """
-    datas = [batches[i].data for i in which]
+    datas = [memoryview(batches[i].data) for i in which]
     rows = np.array([batches[i].rows for i in which], dtype=np.int64)
     total = int(rows.sum())
     spans = np.array([batches[i].spans for i in which], dtype=np.int64)  # (B, columns, 2)
@@ -735,7 +734,7 @@ def _decode_spans(batches: list[ScannedBatch], which: list[int], bad: dict[int, 
 
 
 def _decode_wide(
-    datas: list[bytes],
+    datas: list[memoryview],
     spans: np.ndarray,
     rows: np.ndarray,
     wide: list[int],

@@ -6,6 +6,7 @@ import datetime as dt
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,10 @@ EXPECTED_TABLES = {"tcpinfo", "tcpinfo_5m", "tcpinfo_5m_mv", "ingest_dead_letter
                    "config_versions", "apply_status", "schema_migrations"}
 
 
-def test_schema_apply_twice_is_idempotent(store_url: str) -> None:
+def test_schema_apply_twice_is_idempotent(store_url: str, tmp_path: Path) -> None:
+    if store_url.startswith("chdb"):
+        # A child process cannot open the directory this process's chDB session holds.
+        store_url = f"chdb://{tmp_path / 'chdb-cli'}?database=cli"
     first = subprocess.run([sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", store_url],
                            capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr

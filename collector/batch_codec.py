@@ -171,7 +171,8 @@ def empty_columns(rows: int = 0) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------- encoding
 
 
-def _varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """Unsigned LEB128 varint (protobuf lengths/tags; also ClickHouse Native string lengths)."""
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -180,7 +181,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-_TAGS: tuple[bytes, ...] = tuple(_varint((num << 3) | 2) for _, num, _ in _SPEC)
+_TAGS: tuple[bytes, ...] = tuple(encode_varint((num << 3) | 2) for _, num, _ in _SPEC)
 assert all(len(t) == 2 for t in _TAGS)  # the canonical-layout check relies on 2-byte tags
 
 
@@ -342,7 +343,7 @@ def split_bodies(
                 a = int(ends[start - 1]) if start else 0
                 b = int(ends[stop - 1])
             parts.append(tag)
-            parts.append(_varint(b - a))
+            parts.append(encode_varint(b - a))
             parts.append(payload[a:b].tobytes())
         out.append((stop - start, b"".join(parts)))
         start = stop

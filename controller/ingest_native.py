@@ -34,23 +34,15 @@ from clickhouse_driver.protocol import ClientPacketTypes
 from clickhouse_driver.varint import write_varint
 from clickhouse_driver.writer import write_binary_str, write_binary_uint8
 
+from collector.batch_codec import encode_varint
 from controller.ingest_columns import StrColumn, numpy_dtype
 from controller.store import StoreURL
-
-
-def _varint_bytes(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def serialize_strings(col: StrColumn) -> bytes:
     """Native String column: varint length + UTF-8 bytes per row."""
     encoded = [v.encode() for v in col.values]
-    table = np.array([_varint_bytes(len(e)) + e for e in encoded] or [b""], dtype=object)
+    table = np.array([encode_varint(len(e)) + e for e in encoded] or [b""], dtype=object)
     return b"".join(table[col.codes].tolist())
 
 

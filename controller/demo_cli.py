@@ -97,8 +97,6 @@ def _replay_into(recording: Path, workdir: Path, database: str) -> tuple[Any, An
                                  float(meta["threshold_quantile"]), float(meta.get("holdout_fraction", 0.0)))
     control = LabControl(store, pop=str(meta.get("pop", "lab")), scoring=scoring, workdir=workdir / database)
     result = replay(store, records, meta, control)
-    if control.missing:
-        print(f"dyncc demo: scores shown without decisions: {control.missing}", flush=True)
     return store, result, meta
 
 

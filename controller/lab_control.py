@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from controller.lab_agent import LabAgent
 from controller.lab_loop import ControlOutcome, LabOptions, PrefixScore, threshold_for
@@ -55,18 +53,6 @@ class RoundFailed(Exception):
     """A scoring/publish round failed (store error); the lab goes on with the next round."""
 
 
-class MissingComponent(Exception):
-    """Another helper's API the lab needs is not there yet; str() names it."""
-
-
-def _api(module: str, name: str) -> Any:
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as exc:
-        raise MissingComponent(f"{module} is missing ({exc})") from exc
-    if not hasattr(mod, name):
-        raise MissingComponent(f"{module}.{name} is missing")
-    return getattr(mod, name)
 
 
 class LabControl:
@@ -98,18 +84,12 @@ class LabControl:
             self.private_key, self.public_key = keys / "dyncc-config.key", keys / "dyncc-config.pub"
         else:
             self.private_key, self.public_key = keygen(keys)
-        self.missing: str = ""
 
     def round(self, round_time: dt.datetime, round_no: int) -> ControlOutcome:
         scores: dict[str, PrefixScore] = {}
         note = ""
         try:
             scores = self._score_and_publish(round_time)
-        except MissingComponent as exc:
-            if exc.args[0] != self.missing:
-                log.error("lab control step incomplete: %s", exc)
-            self.missing = str(exc)
-            note = f"not scored: {exc}"
         except RoundFailed as exc:
             note = f"round failed: {str(exc)[:120]}"
         routes: dict[str, str] = {}
@@ -125,14 +105,18 @@ class LabControl:
 
     def _score_and_publish(self, round_time: dt.datetime) -> dict[str, PrefixScore]:
         """The scoring component's round (scores, decisions, DesiredState), then the publisher."""
+        from controller.publisher import publish_round
+        from controller.scoring_round import run_round
         from controller.store import StoreError
 
-        run_round = _api("controller.scoring_round", "run_round")
-        publish_round = _api("controller.publisher", "publish_round")
         try:
             res = run_round(self.store, self.scoring, now=round_time, pop=self.pop,
                             expire_seconds=EXPIRE_BUCKETS * self.scoring.bucket_seconds)
-            publish_round(self.store, res.states, self.publish_args())
+            args = self.publish_args()
+            # Config versions carry the round's time (a replay runs rounds on a shifted clock).
+            round_ns = int(round_time.timestamp() * 1e9)
+            args.clock = lambda: round_ns
+            publish_round(self.store, res.states, args)
         except StoreError as exc:
             log.error("round at %s failed: %s", round_time, exc)
             raise RoundFailed(str(exc)) from exc

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import logging
 import re
+import time
 import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -274,7 +275,9 @@ def publishing(args: argparse.Namespace) -> Publishing:
 
 def make_engine(store: Store, args: argparse.Namespace) -> RolloutEngine:
     pub = publishing(args)
-    return RolloutEngine(store, pub.sink, pub.signer, validation_policy(args), rollout_settings(args))
+    # args.clock (ns): the time published configs carry; the lab and demo replay set their round time.
+    clock = getattr(args, "clock", None) or time.time_ns
+    return RolloutEngine(store, pub.sink, pub.signer, validation_policy(args), rollout_settings(args), clock)
 
 
 def ingest_statuses(store: Store, args: argparse.Namespace) -> None:

@@ -282,3 +282,139 @@ def test_retried_dump_leaves_out_sockets_already_sent() -> None:
     again(chunk([1, 2, 3, 4, 5, 6, 7]))
     again.flush()
     assert sum(retry) == 2 and again.exported == 2 and again.seen == 7
+
+
+def _poll_rows(result_batches: list[bytes]) -> set[tuple[int, int, int, int]]:
+    rows: set[tuple[int, int, int, int]] = set()
+    for data in result_batches:
+        b = decode_batch(data)
+        c = b.columns
+        rows |= set(zip(c["cookie"].tolist(), c["state"].tolist(), c["src_port"].tolist(), c["dst_port"].tolist()))
+    return rows
+
+
+def test_forked_dump_exports_the_same_sockets_as_the_in_process_dump(monkeypatch: pytest.MonkeyPatch) -> None:
+    from collector import poller as poller_mod
+    from collector.diag_socket import list_namespaces, state_mask
+    from collector.dump_child import start_child
+    from collector.filters import FilterSpec
+    from collector.poller import Poller, PollerConfig
+
+    with loopback_connections(40):
+        cfg = PollerConfig(host="t", filters=FilterSpec(), max_rows=10)
+        local = Poller(cfg).poll()
+        prefetch = start_child(list_namespaces([], False), state_mask(tuple(cfg.states)), cfg.ext, 10.0)
+
+        def no_local_socket(ns: str) -> socket.socket:
+            raise AssertionError("the forked child's dump should have been used")
+
+        monkeypatch.setattr(poller_mod, "open_socket_or_error", no_local_socket)
+        forked = Poller(cfg, prefetch=prefetch).poll()
+    assert prefetch.pid is None and prefetch.sock is None  # child reaped, stream closed
+    assert forked.errors == local.errors == {}  # the child's netlink pid and seq pass the checks
+    ours = _poll_rows(forked.batches)
+    assert ours == _poll_rows(local.batches)
+    assert len(ours) >= 80 and forked.seen == local.seen and forked.exported == local.exported
+    assert [decode_batch(d).sequence for d in forked.batches] == list(range(len(forked.batches)))
+
+
+def test_forked_dump_errors_are_reported_like_in_process_ones() -> None:
+    from collector.diag_socket import state_mask
+    from collector.dump_child import start_child
+    from collector.filters import FilterSpec
+    from collector.poller import Poller, PollerConfig
+
+    cfg = PollerConfig(host="t", netns=("dyncc-no-such-ns",), filters=FilterSpec())
+    local = Poller(cfg).poll()
+    prefetch = start_child(["dyncc-no-such-ns"], state_mask(tuple(cfg.states)), cfg.ext, 10.0)
+    forked = Poller(cfg, prefetch=prefetch).poll()
+    assert forked.failed_netns == local.failed_netns
+    assert "does not exist" in forked.failed_netns["dyncc-no-such-ns"] and not forked.batches
+
+
+def _fake_stream() -> tuple[socket.socket, socket.socket]:
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+
+
+def test_replayed_stream_counts_parse_errors_and_checks_the_childs_seq_and_pid() -> None:
+    from collector.diag_socket import state_mask
+    from collector.dump_child import _REC, BEGIN, DATA, Prefetch
+    from collector.filters import FilterSpec
+    from collector.poller import Poller, PollerConfig
+    from tests.collector_msgs import diag_msg, done_msg
+
+    def rec(kind: int, family: int, a: int = 0, b: int = 0, data: bytes = b"") -> bytes:
+        return _REC.pack(kind, family, 0, a, b, len(data)) + data + bytes((-len(data)) % 4)
+
+    cfg = PollerConfig(host="t", filters=FilterSpec())
+    ours, theirs = _fake_stream()
+    good = diag_msg(cookie=1, seq=41, pid=9999) + diag_msg(cookie=2, seq=40, pid=9999)  # 2nd: stale seq
+    bad_pid = diag_msg(cookie=3, seq=41, pid=1234)
+    truncated = diag_msg(cookie=4, seq=41, pid=9999)[:60]
+    stream = rec(BEGIN, socket.AF_INET, 41, 9999) + rec(DATA, socket.AF_INET, data=good)
+    stream += rec(DATA, socket.AF_INET, data=bad_pid) + rec(DATA, socket.AF_INET, data=truncated)
+    stream += rec(DATA, socket.AF_INET, data=done_msg(41, 9999))
+    stream += rec(BEGIN, socket.AF_INET6, 42, 9999) + rec(DATA, socket.AF_INET6, data=done_msg(42, 9999))
+    theirs.sendall(stream)
+    theirs.close()
+    prefetch = Prefetch([""], state_mask(tuple(cfg.states)), cfg.ext, ours)
+    result = Poller(cfg, prefetch=prefetch).poll()
+    assert result.errors == {"seq_mismatch": 1, "pid_mismatch": 1, "truncated_message": 1}
+    assert _poll_rows(result.batches) == {(1, 1, 443, 40000)}
+
+
+def test_replayed_stream_times_out_and_a_broken_one_falls_back_in_process() -> None:
+    from collector.diag_socket import state_mask
+    from collector.dump_child import _REC, BEGIN, Prefetch
+    from collector.filters import FilterSpec
+    from collector.netlink_diag import DumpTimeout
+    from collector.poller import Poller, PollerConfig
+
+    cfg = PollerConfig(host="t", filters=FilterSpec())
+    ours, theirs = _fake_stream()
+    theirs.sendall(_REC.pack(BEGIN, socket.AF_INET, 0, 1, 1, 0))  # then nothing: the child hangs
+    prefetch = Prefetch([""], state_mask(tuple(cfg.states)), cfg.ext, ours)
+    t0 = time.monotonic()
+    with pytest.raises(DumpTimeout):
+        Poller(cfg, prefetch=prefetch).poll(deadline=time.monotonic() + 0.3)
+    assert time.monotonic() - t0 < 3 and prefetch.sock is None
+    theirs.close()
+
+    with loopback_connections(5):
+        ours, theirs = _fake_stream()
+        theirs.close()  # the child died before sending anything: dump in-process
+        prefetch = Prefetch([""], state_mask(tuple(cfg.states)), cfg.ext, ours)
+        result = Poller(cfg, prefetch=prefetch).poll()
+        local = Poller(cfg).poll()
+    assert not result.errors and not result.failed_netns
+    assert _poll_rows(result.batches) == _poll_rows(local.batches) and len(_poll_rows(local.batches)) >= 10
+
+
+def test_cli_once_forks_the_dump_child_and_exports_every_socket(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "b.bin"
+    code = (
+        "import sys, controller.cli as c, collector.dump_child as d\n"
+        "orig = d.start_child\n"
+        "def spy(*a, **k):\n"
+        "    pf = orig(*a, **k); print('forked', pf.pid, file=sys.stderr); return pf\n"
+        "d.start_child = spy\n"
+        "sys.exit(c.main(sys.argv[1:]))\n"
+    )
+    with loopback_connections(25):
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "collect", "--once", "--sink", "file", "--out", str(out),
+             "--no-default-excludes", "-v"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        from collector.filters import FilterSpec
+        from collector.poller import Poller, PollerConfig
+
+        local = _poll_rows(Poller(PollerConfig(host="t", filters=FilterSpec())).poll().batches)
+    assert proc.returncode == 0, proc.stderr
+    assert "forked" in proc.stderr and "errors=0" in proc.stderr
+    got = _poll_rows(read_records(out.read_bytes()))
+    ours = {r for r in local if r[3] != 0 and r[2] != 0}
+    assert len(got & local) >= 50 and {r for r in got if r in ours} == {r for r in local if r in got}

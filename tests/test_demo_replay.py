@@ -48,7 +48,6 @@ def test_dilate_shifts_every_record_and_keeps_order():
     assert times == sorted(times)
     assert times[-1] // S <= 1_800_000_000
     groups = split_by_bucket(out, d)
-    assert [len(g) for g in groups] == [3, 2, 3, 0][: d.buckets] or sum(map(len, groups)) == 8
     assert sum(map(len, groups)) == 8
     # 4 s apart on the lab clock = 2 minutes apart after a x30 stretch
     assert times[1] - times[0] == 4 * S * (REAL_BUCKET // rs)
@@ -85,6 +84,9 @@ def test_demo_replay_as_non_root_writes_report_with_plots(request):
     assert report.exists() and report.stat().st_size > 10_000
     html = report.read_text()
     assert html.count("<svg") >= 2
+    # configs published by the replayed rounds carry the replay's clock, so the report marks them
+    published = re.search(r'<div class="[^"]*">(\d+)</div><div class="k">config versions published', html)
+    assert published and int(published.group(1)) >= 1, "no published config version in the report window"
     # the consistently slow prefixes of the recording are selected by the replayed scoring rounds
     _records, meta = read_recording(DEFAULT_RECORDING)
     slow = [p for p, prof in meta["prefixes"].items() if prof == "slow"]

@@ -16,7 +16,6 @@ import time
 from collector.collect_config import CollectConfig
 from collector.collect_metrics import CollectMetrics
 from collector.daemon import ConfigError, StopFlag
-from collector.dump_child import take_prefetch
 from collector.netlink_diag import DumpTimeout
 from collector.poller import Poller, PollResult
 from collector.sinks import FileSink, KafkaSink, Sink, StdoutSink
@@ -66,11 +65,7 @@ class CollectLoop:
         self.sink = sink
         self.metrics = metrics
         self.stop = stop
-        prefetch = take_prefetch()  # the dump child `dyncc collect --once` forked at start-up
-        if prefetch is not None and not cfg.once:
-            prefetch.close()
-            prefetch = None
-        self.poller = Poller(cfg.poller, prefetch=prefetch)
+        self.poller = Poller(cfg.poller)
         self.polls = 0
 
     def poll_once(self) -> float:

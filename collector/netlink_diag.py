@@ -14,10 +14,12 @@ thread, then back), and keeps dumping that namespace afterwards.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import queue
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +29,7 @@ import numpy as np
 
 from collector.diag_parse import (
     PAD,
+    SOCK_DIAG_BY_FAMILY,
     ErrorCounts,
     Parsed,
     may_end_dump,
@@ -34,30 +37,112 @@ from collector.diag_parse import (
     walk_datagrams,
     walk_messages,
 )
-from collector.diag_socket import (  # noqa: F401  (re-exported)
-    DEFAULT_EXT,
-    DEFAULT_STATES,
-    EXT_CONG,
-    EXT_INFO,
-    EXT_SKMEMINFO,
-    EXT_VEGASINFO,
-    IPPROTO_TCP,
-    NETLINK_SOCK_DIAG,
-    NLM_F_DUMP,
-    NLM_F_REQUEST,
-    RCVBUF,
-    RECV_SIZE,
-    STATE_NAMES,
-    TCP_STATES,
-    DumpError,
-    DumpTimeout,
-    build_request,
-    open_diag_socket,
-    state_mask,
-)
-from collector.dump_child import BEGIN, DATA, FAIL, Prefetch, PrefetchLost
 
+NETLINK_SOCK_DIAG = 4
+NLM_F_REQUEST = 0x01
+NLM_F_DUMP = 0x300
+IPPROTO_TCP = 6
+
+# idiag_ext bits: 1 << (INET_DIAG_x - 1)
+EXT_INFO = 1 << (2 - 1)
+EXT_VEGASINFO = 1 << (3 - 1)  # also makes the kernel send INET_DIAG_BBRINFO for bbr sockets
+EXT_CONG = 1 << (4 - 1)
+EXT_SKMEMINFO = 1 << (7 - 1)
+DEFAULT_EXT = EXT_INFO | EXT_VEGASINFO | EXT_CONG | EXT_SKMEMINFO
+
+TCP_STATES = {
+    "established": 1, "syn-sent": 2, "syn-recv": 3, "fin-wait-1": 4, "fin-wait-2": 5,
+    "time-wait": 6, "close": 7, "close-wait": 8, "last-ack": 9, "listen": 10, "closing": 11,
+    "new-syn-recv": 12,
+}  # fmt: skip
+STATE_NAMES = {v: k for k, v in TCP_STATES.items()}
+#: Connected states except LISTEN, TIME_WAIT and SYN_RECV.
+DEFAULT_STATES = ("established", "syn-sent", "fin-wait-1", "fin-wait-2", "close-wait", "last-ack", "closing")
+
+RECV_SIZE = 64 * 1024
 DEFAULT_CHUNK = 8 * 1024 * 1024
+RCVBUF = 4 * 1024 * 1024
+
+_REQ = struct.Struct("=IHHII BBBB I HH16s16sI8s")
+
+
+class DumpError(Exception):
+    """The dump could not be done (netlink error, namespace missing, timeout)."""
+
+
+class DumpTimeout(DumpError):
+    """The per-poll deadline passed during the dump."""
+
+
+def state_mask(states: tuple[int, ...] | list[int] | frozenset[int]) -> int:
+    mask = 0
+    for s in states:
+        mask |= 1 << s
+    return mask
+
+
+def build_request(family: int, states: int, ext: int, seq: int) -> bytes:
+    """nlmsghdr + inet_diag_req_v2 asking for a dump of all TCP sockets of a family."""
+    return _REQ.pack(
+        _REQ.size, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, 0,
+        family, IPPROTO_TCP, ext & 0xFF, 0, states & 0xFFFFFFFF,
+        0, 0, bytes(16), bytes(16), 0, b"\xff" * 8,
+    )  # fmt: skip
+
+
+def open_diag_socket(netns: str | None = None) -> socket.socket:
+    """A bound NETLINK_SOCK_DIAG socket, created inside `netns` when given."""
+    if not netns:
+        return _open()
+    path = netns if "/" in netns else f"/var/run/netns/{netns}"
+    if not os.path.exists(path):
+        raise DumpError(f"network namespace {netns!r} does not exist ({path})")
+    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        try:
+            target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise DumpError(f"cannot open network namespace {netns!r}: {exc.strerror}") from exc
+        try:
+            _setns(target)
+        except OSError as exc:
+            raise DumpError(f"cannot enter network namespace {netns!r}: {exc.strerror}") from exc
+        finally:
+            os.close(target)
+        try:
+            return _open()
+        finally:
+            _setns(own)
+    finally:
+        os.close(own)
+
+
+_CLONE_NEWNET = 0x40000000
+_libc: ctypes.CDLL | None = None
+
+
+def _setns(fd: int) -> None:
+    """setns(2) for this thread (os.setns arrives in Python 3.12)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    if _libc.setns(fd, _CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def _open() -> socket.socket:
+    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG)
+    try:
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, 33, RCVBUF)  # SO_RCVBUFFORCE (root)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
+        sock.bind((0, 0))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 @dataclass
@@ -141,36 +226,10 @@ class DiagDumper:
     def close(self) -> None:
         self.sock.close()
 
-    def _settimeout(self, deadline: float | None) -> None:
-        if deadline is not None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise DumpTimeout("poll timeout during the netlink dump")
-            self.sock.settimeout(left)
-
-    def _recv(self, view: memoryview, pos: int, deadline: float | None) -> int:
-        """Receive one datagram into view[pos:]; its length, or -1 to try again."""
-        self._settimeout(deadline)
-        try:
-            n = self.sock.recv_into(view[pos : pos + RECV_SIZE], RECV_SIZE)
-        except TimeoutError as exc:
-            raise DumpTimeout("poll timeout during the netlink dump") from exc
-        except InterruptedError:
-            return -1
-        if n <= 0:
-            raise DumpError("netlink socket closed during the dump")
-        return n
-
-    def _request(self, family: int, states: int, ext: int, deadline: float | None) -> int:
-        """Ask the kernel for the dump; returns its sequence number."""
-        self.seq = (self.seq + 1) & 0xFFFFFFFF
-        self.sock.settimeout(None)
-        self.sock.sendall(build_request(family, states, ext, self.seq))
-        return self.seq
-
     def _reader(
         self, out: queue.Queue[_Chunk | BaseException | None], deadline: float | None, stop: threading.Event
     ) -> None:
+        sock = self.sock
         try:
             buf = self._pool.get(stop)
             view = memoryview(buf)
@@ -178,9 +237,19 @@ class DiagDumper:
             ends: list[int] = []
             pos = 0
             while not stop.is_set():
-                n = self._recv(view, pos, deadline)
-                if n < 0:
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise DumpTimeout("poll timeout during the netlink dump")
+                    sock.settimeout(left)
+                try:
+                    n = sock.recv_into(view[pos : pos + RECV_SIZE], RECV_SIZE)
+                except TimeoutError as exc:
+                    raise DumpTimeout("poll timeout during the netlink dump") from exc
+                except InterruptedError:
                     continue
+                if n <= 0:
+                    raise DumpError("netlink socket closed during the dump")
                 starts.append(pos)
                 ends.append(pos + n)
                 final = False
@@ -212,7 +281,10 @@ class DiagDumper:
         deadline: float | None = None,
     ) -> DumpResult:
         """Dump one address family; raises DumpError/DumpTimeout."""
-        seq = self._request(family, states, ext, deadline)
+        self.seq = (self.seq + 1) & 0xFFFFFFFF
+        seq = self.seq
+        self.sock.settimeout(None)
+        self.sock.sendall(build_request(family, states, ext, seq))
         res = DumpResult()
         chunks: queue.Queue[_Chunk | BaseException | None] = queue.Queue()
         stop = threading.Event()
@@ -259,47 +331,3 @@ class DiagDumper:
                 raise DumpError(f"netlink recv failed: {failure}") from failure
             raise failure
         return res
-
-
-class ReplayDumper(DiagDumper):
-    """Replays the dumps a forked child made (collector/dump_child.py) for one namespace.
-
-    Same chunking, parsing and checks as DiagDumper; the sequence number and
-    netlink pid checked are the child's.  Raises PrefetchLost when the stream
-    does not start the dump asked for (nothing consumed: dump in-process).
-    """
-
-    def __init__(
-        self, prefetch: Prefetch, index: int, chunk_bytes: int = DEFAULT_CHUNK, pool: BufferPool | None = None
-    ) -> None:
-        self.prefetch = prefetch
-        self.index = index
-        self.pid = 0
-        self.seq = 0
-        self.chunk_bytes = max(chunk_bytes, RECV_SIZE)
-        if pool is not None and pool.size < chunk_buffer_size(self.chunk_bytes):
-            raise ValueError(f"pool buffers of {pool.size} bytes are smaller than a chunk")
-        self._pool = pool if pool is not None else BufferPool(chunk_buffer_size(self.chunk_bytes))
-
-    def close(self) -> None:
-        pass  # the stream belongs to the prefetch
-
-    def _request(self, family: int, states: int, ext: int, deadline: float | None) -> int:
-        try:
-            kind, fam, index, seq, pid, _ = self.prefetch.read_record(deadline)
-        except DumpError as exc:
-            raise PrefetchLost(str(exc)) from exc
-        if (kind, fam, index) != (BEGIN, family, self.index):
-            raise PrefetchLost("dump child stream out of order")
-        self.seq, self.pid = seq, pid
-        return seq
-
-    def _recv(self, view: memoryview, pos: int, deadline: float | None) -> int:
-        kind, _fam, _index, a, _b, length = self.prefetch.read_record(deadline)
-        if kind == DATA and 0 < length <= RECV_SIZE:
-            self.prefetch.read_into(view[pos : pos + ((length + 3) & ~3)], deadline)
-            return length
-        if kind == FAIL:
-            msg = self.prefetch.read_message(length, deadline)
-            raise DumpTimeout(msg) if a else DumpError(msg)
-        raise DumpError("dump child stream out of order")

@@ -22,6 +22,7 @@ exported twice.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import time
 from collections import Counter
@@ -39,9 +40,6 @@ from collector.batch_codec import (
     split_bodies,
 )
 from collector.diag_parse import ErrorCounts, Parsed
-from collector.diag_socket import list_namespaces as _list_namespaces
-from collector.diag_socket import open_socket_or_error
-from collector.dump_child import Prefetch, PrefetchLost
 from collector.filters import DEFAULT_EXCLUDES, FilterSpec, apply_filters, parse_networks
 from collector.netlink_diag import (
     DEFAULT_CHUNK,
@@ -52,13 +50,14 @@ from collector.netlink_diag import (
     DiagDumper,
     DumpError,
     DumpTimeout,
-    ReplayDumper,
     chunk_buffer_size,
+    open_diag_socket,
     state_mask,
 )
 from collector.prefixes import client_prefixes
 
 log = logging.getLogger("dyncc.collect")
+NETNS_RUN_DIR = "/var/run/netns"
 
 
 @dataclass
@@ -254,20 +253,24 @@ class _Batcher:
 
 def list_namespaces(cfg: PollerConfig) -> list[str]:
     """Namespaces to dump this poll ('' = the collector's own)."""
-    return _list_namespaces(list(cfg.netns), cfg.all_netns)
+    if cfg.all_netns:
+        try:
+            names = sorted(os.listdir(NETNS_RUN_DIR))
+        except FileNotFoundError:
+            names = []
+        return ["", *names]
+    return list(cfg.netns) or [""]
 
 
 class Poller:
     """Keeps the per-host sequence and run_id across polls."""
 
-    def __init__(self, cfg: PollerConfig, run_id: int | None = None, prefetch: Prefetch | None = None) -> None:
+    def __init__(self, cfg: PollerConfig, run_id: int | None = None) -> None:
         self.cfg = cfg
         self.run_id = time.time_ns() if run_id is None else run_id
         self.sequence = 0
         self._states = state_mask(tuple(cfg.states))
         self._pool = BufferPool(chunk_buffer_size(cfg.chunk_bytes))  # reused by every dump
-        #: dumps already made by a forked child (dyncc collect --once); used by the first poll only
-        self._prefetch = prefetch
 
     def poll(self, deadline: float | None = None, emit: Callable[[bytes], None] | None = None) -> PollResult:
         """Dump all namespaces, handing each batch to `emit` as soon as it is final.
@@ -286,34 +289,11 @@ class Poller:
             else:
                 emit(data)
 
-        namespaces = list_namespaces(self.cfg)
-        if self._prefetch is not None and not self._prefetch.matches(namespaces, self._states, self.cfg.ext):
-            self._drop_prefetch()
-        try:
-            self._poll_namespaces(namespaces, deadline, start_ns, send, result)
-        finally:
-            self._drop_prefetch()
-        result.end_ns = time.time_ns()
-        return result
-
-    def _drop_prefetch(self) -> None:
-        if self._prefetch is not None:
-            self._prefetch.close()
-            self._prefetch = None
-
-    def _poll_namespaces(
-        self,
-        namespaces: list[str],
-        deadline: float | None,
-        start_ns: int,
-        send: Callable[[bytes], None],
-        result: PollResult,
-    ) -> None:
-        for index, ns in enumerate(namespaces):
+        for ns in list_namespaces(self.cfg):
             batcher = _Batcher(self, ns, start_ns, send)
             stats = NetnsStats(netns=ns)
             try:
-                self._dump_netns(ns, deadline, batcher, stats, self._replay(index, deadline))
+                self._dump_netns(ns, deadline, batcher, stats)
             except DumpTimeout:
                 raise
             except DumpError as exc:
@@ -324,45 +304,22 @@ class Poller:
                 stats.errors["dump_failed"] += 1
             batcher.finish(stats, time.time_ns())
             result.namespaces.append(stats)
+        result.end_ns = time.time_ns()
+        return result
 
-    def _replay(self, index: int, deadline: float | None) -> ReplayDumper | None:
-        """The prefetched dumps of namespace `index`; raises its DumpError if the child could not open it."""
-        if self._prefetch is None:
-            return None
+    def _dump_netns(self, ns: str, deadline: float | None, batcher: _Batcher, stats: NetnsStats) -> None:
         try:
-            self._prefetch.open_netns(index, deadline)
-        except PrefetchLost:
-            self._drop_prefetch()
-            return None
-        return ReplayDumper(self._prefetch, index, self.cfg.chunk_bytes, pool=self._pool)
-
-    def _dump_netns(
-        self, ns: str, deadline: float | None, batcher: _Batcher, stats: NetnsStats, replay: ReplayDumper | None = None
-    ) -> None:
-        local: DiagDumper | None = None
-
-        def in_process() -> DiagDumper:
-            nonlocal local
-            if local is None:
-                local = DiagDumper(open_socket_or_error(ns), self.cfg.chunk_bytes, pool=self._pool)
-            return local
-
-        if replay is None:
-            in_process()
+            sock = open_diag_socket(ns or None)
+        except OSError as exc:
+            raise DumpError(f"cannot open a sock_diag socket: {exc}") from exc
+        dumper = DiagDumper(sock, self.cfg.chunk_bytes, pool=self._pool)
         try:
             for family in (socket.AF_INET, socket.AF_INET6):
                 exclude: np.ndarray | None = None
                 for attempt in (0, 1):
                     enc = _Encoder(self.cfg, batcher.cc_names, batcher.body, exclude)
                     errors = ErrorCounts()
-                    # the child made the first attempt of each dump; a retry is done here
-                    dumper = replay if replay is not None and attempt == 0 else in_process()
-                    try:
-                        res = dumper.dump(family, self._states, enc, errors, ext=self.cfg.ext, deadline=deadline)
-                    except PrefetchLost:
-                        replay = None
-                        self._drop_prefetch()
-                        res = in_process().dump(family, self._states, enc, errors, ext=self.cfg.ext, deadline=deadline)
+                    res = dumper.dump(family, self._states, enc, errors, ext=self.cfg.ext, deadline=deadline)
                     stats.errors.update(errors)
                     if res.interrupted and attempt == 0:
                         # rows already sent stay sent; the retry leaves those sockets out
@@ -376,13 +333,8 @@ class Poller:
                 stats.seen += enc.seen
                 stats.exported += enc.exported
                 stats.filtered.update(enc.filtered)
-        except DumpError:
-            if replay is not None:
-                self._drop_prefetch()  # where the stream stands is unknown now
-            raise
         finally:
-            if local is not None:
-                local.close()
+            dumper.close()
 
 
 def poll_once(

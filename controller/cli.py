@@ -53,10 +53,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         top.error(f"unknown subcommand {name!r}")
     module_name, desc = SUBCOMMANDS[name]
-    if name == "collect" and "--once" in args:
-        from collector.dump_child import early_start
-
-        early_start(args[1:])  # dump in a forked child while the collector's imports load
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"dyncc {name}", description=desc)
     module.configure(parser)

@@ -61,7 +61,6 @@ def _cc_by_peer(ss_text: str) -> dict[str, set[str]]:
 
 def test_lab_selects_slow_prefixes_and_routes_them_to_bbr(chdb_url: str, tmp_path: Path):
     require_root()
-    pytest.importorskip("controller.publisher", reason="rollout publisher (issue 6) not there yet")
     run_id = secrets.token_hex(3)
     opts = LabOptions(round_seconds=10, rounds=8, lookback_buckets=6, min_buckets=3, run_id=run_id)
     probes: list[Probe] = []

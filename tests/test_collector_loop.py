@@ -171,17 +171,22 @@ def test_stdout_sink_one_json_line_per_socket(tmp_path: Path) -> None:
         assert obj["prefix"].endswith(("/24", "/56"))
 
 
-def test_kafka_queue_drops_oldest_whole_poll() -> None:
-    metrics = CollectMetrics(prometheus=False)
-    # nothing listens on port 9; librdkafka's own queue holds 2 messages, ours 2.5 kB (2 polls)
-    sink = KafkaSink(
+def _unreachable_kafka_sink(metrics: CollectMetrics, queue_max_bytes: int, librdkafka_messages: int) -> KafkaSink:
+    """A Kafka sink whose broker never answers (nothing listens on 127.0.0.1:9): its queues fill up."""
+    return KafkaSink(
         "127.0.0.1:9",
         "t",
         "h",
         metrics,
-        queue_max_bytes=2500,
-        extra={"queue.buffering.max.messages": 2, "message.timeout.ms": 1000},
+        queue_max_bytes=queue_max_bytes,
+        extra={"queue.buffering.max.messages": librdkafka_messages, "message.timeout.ms": 1000},
     )
+
+
+def test_kafka_queue_drops_oldest_whole_poll() -> None:
+    metrics = CollectMetrics(prometheus=False)
+    # librdkafka's own queue holds 2 messages, ours 2.5 kB (2 polls)
+    sink = _unreachable_kafka_sink(metrics, queue_max_bytes=2500, librdkafka_messages=2)
     for i in range(4):
         sink.send_poll([bytes([i]) * 500, bytes([i]) * 500])
         assert sink.queue_bytes <= 2500
@@ -236,14 +241,7 @@ def test_poll_hands_batches_on_while_it_runs() -> None:
 
 def test_kafka_queue_drops_the_rest_of_a_poll_that_alone_overflows_it() -> None:
     metrics = CollectMetrics(prometheus=False)
-    sink = KafkaSink(
-        "127.0.0.1:9",
-        "t",
-        "h",
-        metrics,
-        queue_max_bytes=1200,
-        extra={"queue.buffering.max.messages": 1, "message.timeout.ms": 1000},
-    )
+    sink = _unreachable_kafka_sink(metrics, queue_max_bytes=1200, librdkafka_messages=1)
     sink.begin_poll()
     for i in range(5):  # one goes to librdkafka, two wait, the third overflows: the poll is dropped
         sink.send(bytes([i]) * 500)

@@ -85,60 +85,13 @@ def lab() -> Iterator[Lab]:
                 )
             # our own prefix routes (noprefixroute above), with src so that a connection to
             # 203.0.113.1 comes from 203.0.113.2 and both ends use the same route
-            ns_sh(
-                ns,
-                "ip",
-                "route",
-                "replace",
-                "198.51.100.0/24",
-                "dev",
-                "eth0",
-                "src",
-                f"198.51.100.{host}",
-                "congctl",
-                "cubic",
-            )
-            ns_sh(
-                ns,
-                "ip",
-                "route",
-                "replace",
-                "203.0.113.0/24",
-                "dev",
-                "eth0",
-                "src",
-                f"203.0.113.{host}",
-                "congctl",
-                "bbr",
-            )
-            ns_sh(
-                ns,
-                "ip",
-                "-6",
-                "route",
-                "replace",
-                "2001:db8:1::/64",
-                "dev",
-                "eth0",
-                "src",
-                f"2001:db8:1::{host}",
-                "congctl",
-                "bbr",
-            )
-            ns_sh(
-                ns,
-                "ip",
-                "-6",
-                "route",
-                "replace",
-                "2001:db8:2::/64",
-                "dev",
-                "eth0",
-                "src",
-                f"2001:db8:2::{host}",
-                "congctl",
-                "cubic",
-            )
+            for family, prefix, src, cc in (
+                ("-4", "198.51.100.0/24", f"198.51.100.{host}", "cubic"),
+                ("-4", "203.0.113.0/24", f"203.0.113.{host}", "bbr"),
+                ("-6", "2001:db8:1::/64", f"2001:db8:1::{host}", "bbr"),
+                ("-6", "2001:db8:2::/64", f"2001:db8:2::{host}", "cubic"),
+            ):
+                ns_sh(ns, "ip", family, "route", "replace", prefix, "dev", "eth0", "src", src, "congctl", cc)
         procs = [_start(s_name, "serve", "443", "8443")]
         try:
             procs.append(_start(c_name, "connect", *(f"{a},{p},{n}" for (a, p), n in CONNS.items())))

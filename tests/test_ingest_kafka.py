@@ -62,6 +62,11 @@ def _ingest(
     )
 
 
+def _drain_args(brokers: str, topic: str, store_url: str) -> list[str]:
+    """`dyncc ingest` options that load `topic` into `store_url` and exit once caught up."""
+    return ["--kafka", brokers, "--topic", topic, "--group", f"g-{topic}", "--clickhouse", store_url, "--drain"]
+
+
 def _dup_count(store_url: str) -> int:
     s = open_store(store_url)
     try:
@@ -92,17 +97,7 @@ def test_drain_loads_every_row_and_dead_letters_bad_messages(
     garbage = ("edge00.fra1", b"\x08\x01\x12\xff garbage \xff\xff")
     truncated = ("edge00.fra1", msgs[half][1][:5000])
     _produce(kafka_brokers, kafka_topic, [*msgs[:half], garbage, truncated, *msgs[half:]])
-    proc = _ingest(
-        "--kafka",
-        kafka_brokers,
-        "--topic",
-        kafka_topic,
-        "--group",
-        f"g-{kafka_topic}",
-        "--clickhouse",
-        clickhouse_db_url,
-        "--drain",
-    )
+    proc = _ingest(*_drain_args(kafka_brokers, kafka_topic, clickhouse_db_url))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "flush" in proc.stderr and "drained" in proc.stderr
     assert _count(clickhouse_db_url) == _rows(msgs)
@@ -126,17 +121,7 @@ def test_killed_between_insert_and_commit_then_restarted_no_duplicates(
     _create_topic(kafka_brokers, kafka_topic, partitions=2)
     msgs = _msgs(4000, seed=2)
     _produce(kafka_brokers, kafka_topic, msgs)
-    common = [
-        "--kafka",
-        kafka_brokers,
-        "--topic",
-        kafka_topic,
-        "--group",
-        f"g-{kafka_topic}",
-        "--clickhouse",
-        clickhouse_db_url,
-        "--drain",
-    ]
+    common = _drain_args(kafka_brokers, kafka_topic, clickhouse_db_url)
     crashed = _ingest(*common, env={CRASH_ENV: "1"})
     assert crashed.returncode == 137, crashed.stderr[-2000:]
     loaded_before = _count(clickhouse_db_url)

@@ -1,34 +1,34 @@
 """TcpInfoBatch codec: numpy columns <-> serialized protobuf (pure, no I/O).
 
 The one encoder and the one decoder of the telemetry wire format
-(schemas/tcpinfo.proto); the collector, ingest and the lab all use them.
+(schemas/tcpinfo.proto, schema_version 2); the collector, ingest and the lab
+all use them.
 
-Encoding writes the packed column fields straight from numpy arrays with a
-vectorized varint encoder and appends them to the protobuf-serialized header;
-protobuf allows fields in any order, so `header + body` is one valid
-TcpInfoBatch.
+Columns are packed fixed32 / fixed64 (and 16-byte addresses), so encoding a
+column is one numpy tobytes() and decoding one np.frombuffer(); the packed
+column fields are appended to the protobuf-serialized header (protobuf allows
+fields in any order, so `header + body` is one valid TcpInfoBatch).
 
-Decoding is vectorized and accepts every valid protobuf encoding:
+Decoding accepts every valid protobuf encoding:
 
   * scan_batch() locates the column payloads of one message.  The layout this
     encoder writes (header, then every column once, packed, in field order) is
     recognized by a quick check; any other order, unknown fields or repeated
     header fields go through a field-by-field scan; encodings the scan does
     not handle (unpacked or split column fields, groups) are parsed by the
-    protobuf runtime, which is the authority on the format.
+    protobuf runtime, which is the authority on the format.  Each column must
+    hold exactly row_count values (its payload is width * row_count bytes).
   * decode_group() / decode_all() decode the columns of many scanned messages
-    at once, column-major, with a few numpy passes per column, and check per
-    message that each column holds exactly row_count values, cc_index <
-    len(cc_names) and client_prefix_len <= 128; a bad message is named by its
-    index so the rest still decode (ingest dead-letters the bad one).
+    at once, column-major (one join and one frombuffer per column width), and
+    check per message that cc_index < len(cc_names) and client_prefix_len <=
+    128; a bad message is named by its index so the rest still decode (ingest
+    dead-letters the bad one).
   * decode_batch() is the one-message API: scan + decode, BatchDecodeError
     with a one-line reason for anything the contract forbids.
 
 Column names are the proto field names (== ClickHouse `tcpinfo` columns).
-decode_batch returns integer columns as the proto type (uint32 / uint64);
-decode_group returns the smallest of uint8 / uint32 / uint64 the encoded
-widths allow (callers cast).  Address columns (src_addr, dst_addr,
-client_prefix) are uint8 arrays of shape (rows, 16).
+Integer columns decode as uint32 / uint64 (the proto types); address columns
+(src_addr, dst_addr, client_prefix) are uint8 arrays of shape (rows, 16).
 """
 
 from __future__ import annotations
@@ -43,11 +43,10 @@ from google.protobuf.message import DecodeError
 
 from schemas.tcpinfo_pb2 import TcpInfoBatch
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FIRST_COLUMN_FIELD = 32
 DEFAULT_MAX_ROWS = 4096
 DEFAULT_MAX_BYTES = 900_000
-MAX_VARINT_BYTES = 10
 MAX_PREFIX_LEN = 128
 
 __all__ = [
@@ -63,18 +62,16 @@ __all__ = [
     "decode_all",
     "decode_batch",
     "decode_group",
-    "decode_varints",
     "empty_columns",
     "encode_batches",
     "encode_header",
-    "encode_varints",
     "scan_batch",
     "split_bodies",
 ]
 
 
 class BatchDecodeError(ValueError):
-    """A message that is not a valid schema-v1 TcpInfoBatch; str() is the reason."""
+    """A message that is not a valid schema-v2 TcpInfoBatch; str() is the reason."""
 
 
 def _column_spec() -> tuple[list[tuple[str, int, np.dtype]], frozenset[str]]:
@@ -87,10 +84,10 @@ def _column_spec() -> tuple[list[tuple[str, int, np.dtype]], frozenset[str]]:
         if fd.type == FieldDescriptor.TYPE_BYTES:
             spec.append((fd.name, fd.number, np.dtype(np.uint8)))
             addrs.add(fd.name)
-        elif fd.type == FieldDescriptor.TYPE_UINT32:
-            spec.append((fd.name, fd.number, np.dtype(np.uint32)))
-        elif fd.type == FieldDescriptor.TYPE_UINT64:
-            spec.append((fd.name, fd.number, np.dtype(np.uint64)))
+        elif fd.type == FieldDescriptor.TYPE_FIXED32:
+            spec.append((fd.name, fd.number, np.dtype("<u4")))
+        elif fd.type == FieldDescriptor.TYPE_FIXED64:
+            spec.append((fd.name, fd.number, np.dtype("<u8")))
         else:  # pragma: no cover - guarded by the contract
             raise TypeError(f"unsupported column type for {fd.name}")
     return spec, frozenset(addrs)
@@ -103,6 +100,10 @@ COLUMNS: tuple[str, ...] = tuple(name for name, _, _ in _SPEC)
 COLUMN_DTYPES: dict[str, np.dtype] = {name: dt for name, _, dt in _SPEC}
 _COL_INDEX: dict[int, int] = {num: i for i, (_, num, _) in enumerate(_SPEC)}
 _IS_ADDR: tuple[bool, ...] = tuple(name in ADDRESS_COLUMNS for name in COLUMNS)
+#: Bytes per row of each column on the wire (4, 8, or 16 for addresses).
+_WIDTHS: tuple[int, ...] = tuple(16 if a else dt.itemsize for a, (_, _, dt) in zip(_IS_ADDR, _SPEC, strict=True))
+#: Bytes of one row over all columns.
+ROW_BYTES = sum(_WIDTHS)
 
 
 @dataclass
@@ -185,49 +186,22 @@ _TAGS: tuple[bytes, ...] = tuple(encode_varint((num << 3) | 2) for _, num, _ in 
 assert all(len(t) == 2 for t in _TAGS)  # the canonical-layout check relies on 2-byte tags
 
 
-def _varint_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, int]:
-    """Packed varints of a column as (payload uint8, row end offsets or None, fixed width).
-
-    Row i's varint takes bytes k = 0.. while value >> 7k != 0; a (rows, maxlen)
-    byte matrix is filled column by column and the absent bytes masked out.
-    When every row takes the same number of bytes, ends is None and row i is
-    payload[i*width:(i+1)*width]; otherwise row i ends at ends[i].
-    """
-    v = np.asarray(values)
+def _column_payload(name: str, col: np.ndarray | None, total: int, dtype: np.dtype) -> np.ndarray:
+    """The column's wire bytes for all rows as a flat uint8 array (zeros when absent)."""
+    if col is None:
+        return np.zeros(total * (16 if name in ADDRESS_COLUMNS else dtype.itemsize), dtype=np.uint8)
+    if name in ADDRESS_COLUMNS:
+        return np.ascontiguousarray(col).view(np.uint8).reshape(-1)
+    v = np.asarray(col)
     if v.dtype.kind == "b":
         v = v.astype(np.uint8)
-    if v.dtype.kind == "i" and v.size and int(v.min()) < 0:
-        raise ValueError("negative value in an unsigned column")
-    vmax = int(v.max()) if v.size else 0
-    if vmax < 0x80:
-        return v.astype(np.uint8).reshape(-1), None, 1
-    maxlen = (vmax.bit_length() + 6) // 7
-    v = v.astype(np.uint32 if vmax < (1 << 32) else np.uint64, copy=False)
-    n = v.size
-    present = np.empty((n, maxlen), dtype=bool)
-    present[:, 0] = True
-    for k in range(1, maxlen):
-        np.greater_equal(v, 1 << (7 * k), out=present[:, k])
-    out = np.empty((n, maxlen), dtype=np.uint8)
-    continued = present.view(np.uint8)
-    rem = v
-    for k in range(maxlen):
-        col = out[:, k]
-        np.bitwise_and(rem, 0x7F, out=col, casting="unsafe")
-        if k < maxlen - 1:
-            col |= continued[:, k + 1] << 7
-            rem = rem >> 7
-    if bool(present[:, maxlen - 1].all()):
-        return out.reshape(-1), None, maxlen
-    lengths = np.ones(n, dtype=np.int64)
-    for k in range(1, maxlen):
-        lengths += continued[:, k]
-    return out[present], np.cumsum(lengths), 0
-
-
-def encode_varints(values: np.ndarray) -> bytes:
-    """Packed protobuf varints for an array of non-negative integers (vectorized)."""
-    return _varint_rows(values)[0].tobytes()
+    if v.dtype.kind not in "ui":
+        raise ValueError(f"column {name} must be integers, not {v.dtype}")
+    if v.size and v.dtype.kind == "i" and int(v.min()) < 0:
+        raise ValueError(f"negative value in unsigned column {name}")
+    if v.size and v.dtype.itemsize > dtype.itemsize and int(v.max()) >> (8 * dtype.itemsize):
+        raise ValueError(f"value {int(v.max())} does not fit column {name} ({dtype.itemsize * 8} bits)")
+    return np.ascontiguousarray(v, dtype=dtype).view(np.uint8).reshape(-1)
 
 
 def _column_rows(name: str, col: np.ndarray) -> int:
@@ -244,9 +218,7 @@ def _column_rows(name: str, col: np.ndarray) -> int:
     return int(col.shape[0])
 
 
-def encode_header(
-    header: BatchHeader, *, sequence: int, batch_index: int, batch_count: int, row_count: int
-) -> bytes:
+def encode_header(header: BatchHeader, *, sequence: int, batch_index: int, batch_count: int, row_count: int) -> bytes:
     msg = TcpInfoBatch(
         schema_version=SCHEMA_VERSION,
         collector_version=header.collector_version,
@@ -280,11 +252,11 @@ def split_bodies(
 ) -> list[tuple[int, bytes]]:
     """Encode the columns as bodies of at most max_rows rows and max_bytes bytes.
 
-    Missing columns are written as zeros.  Each column is varint-encoded once
-    for all rows and then sliced per batch; rows are spread evenly over the
-    batches (a single row is never split, so a row larger than max_bytes makes
-    a one-row batch).  Returns (row_count, body) pairs in row order; a body is
-    the column fields only (concatenate after encode_header()).
+    Missing columns are written as zeros.  Every row takes ROW_BYTES bytes, so
+    the rows are spread evenly over the fewest batches that respect both caps
+    (a row larger than max_bytes still makes a one-row batch).  Returns
+    (row_count, body) pairs in row order; a body is the column fields only
+    (concatenate after encode_header()).
     """
     if max_rows < 1 or max_bytes < 1:
         raise ValueError("max_rows and max_bytes must be positive")
@@ -299,54 +271,20 @@ def split_bodies(
             raise ValueError(f"column {name} has {n} rows, expected {total}")
     if not total:
         return []
-    encoded: list[tuple[bytes, np.ndarray, np.ndarray | None, int]] = []
-    row_bytes = np.zeros(total, dtype=np.int64)
-    fixed = 0
-    for (name, _, _), tag in zip(_SPEC, _TAGS, strict=True):
-        col = columns.get(name)
-        if name in ADDRESS_COLUMNS:
-            payload = (
-                np.zeros(16 * total, dtype=np.uint8)
-                if col is None
-                else np.ascontiguousarray(col).view(np.uint8).reshape(-1)
-            )
-            encoded.append((tag, payload, None, 16))
-            fixed += 16
-            continue
-        if col is None:
-            payload, ends, width = np.zeros(total, dtype=np.uint8), None, 1
-        else:
-            payload, ends, width = _varint_rows(col)
-        encoded.append((tag, payload, ends, width))
-        if ends is None:
-            fixed += width
-        else:
-            row_bytes[0] += ends[0]
-            row_bytes[1:] += np.diff(ends)
-    row_bytes += fixed
-    cum = np.concatenate(([0], np.cumsum(row_bytes)))
-    overhead = sum(len(tag) + 5 for tag, _, _, _ in encoded)
-    nbatches = -(-total // max_rows)
+    payloads = [memoryview(_column_payload(name, columns.get(name), total, dt).data) for name, _, dt in _SPEC]
+    overhead = len(_TAGS) * (2 + 3)  # tag + a length varint of up to 3 bytes (< 2 MiB a column)
+    fit = max(1, (max_bytes - overhead) // ROW_BYTES)
+    nbatches = -(-total // min(max_rows, fit))
     per = -(-total // nbatches)
     out: list[tuple[int, bytes]] = []
-    start = 0
-    while start < total:
+    for start in range(0, total, per):
         stop = min(start + per, total)
-        if cum[stop] - cum[start] + overhead > max_bytes:
-            limit = cum[start] + max_bytes - overhead
-            stop = max(start + 1, int(np.searchsorted(cum, limit, side="right")) - 1)
-        parts: list[bytes] = []
-        for tag, payload, ends, width in encoded:
-            if ends is None:
-                a, b = start * width, stop * width
-            else:
-                a = int(ends[start - 1]) if start else 0
-                b = int(ends[stop - 1])
+        parts: list[bytes | memoryview] = []
+        for tag, width, payload in zip(_TAGS, _WIDTHS, payloads, strict=True):
             parts.append(tag)
-            parts.append(encode_varint(b - a))
-            parts.append(payload[a:b].tobytes())
+            parts.append(encode_varint((stop - start) * width))
+            parts.append(payload[start * width : stop * width])
         out.append((stop - start, b"".join(parts)))
-        start = stop
     return out
 
 
@@ -429,9 +367,7 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
 
 def _check_header(h: TcpInfoBatch) -> None:
     if h.schema_version != SCHEMA_VERSION:
-        raise BatchDecodeError(
-            f"schema_version {h.schema_version} not supported (this reader knows {SCHEMA_VERSION})"
-        )
+        raise BatchDecodeError(f"schema_version {h.schema_version} not supported (this reader knows {SCHEMA_VERSION})")
     if h.batch_count and h.batch_index >= h.batch_count:
         raise BatchDecodeError(f"batch_index {h.batch_index} >= batch_count {h.batch_count}")
 
@@ -445,27 +381,18 @@ def _parse_header(data: bytes) -> TcpInfoBatch:
     return header
 
 
-def _count_values(data: bytes, span: Span | None) -> int:
-    if span is None:
-        return 0
-    return int(np.count_nonzero(np.frombuffer(data, np.uint8, span[1] - span[0], span[0]) < 0x80))
-
-
-def _check_spans(data: bytes, rows: int, spans: list[Span | None]) -> None:
-    """Cheap per-column size checks (the exact value count is checked while decoding)."""
-    max_varint = MAX_VARINT_BYTES * rows
+def _check_spans(rows: int, spans: list[Span | None]) -> None:
+    """Every column holds exactly row_count values: width * row_count bytes."""
     for i, span in enumerate(spans):
         nbytes = 0 if span is None else span[1] - span[0]
-        name = COLUMNS[i]
-        if _IS_ADDR[i]:
-            if nbytes != 16 * rows:
-                raise BatchDecodeError(
-                    f"column {name} has {nbytes} bytes, expected 16 * row_count = {16 * rows}"
-                )
-        elif nbytes < rows or nbytes > max_varint:
-            raise BatchDecodeError(
-                f"column {name} has {_count_values(data, span)} values, row_count is {rows}"
-            )
+        width = _WIDTHS[i]
+        if nbytes != width * rows:
+            name = COLUMNS[i]
+            if _IS_ADDR[i]:
+                raise BatchDecodeError(f"column {name} has {nbytes} bytes, expected 16 * row_count = {16 * rows}")
+            if nbytes % width:
+                raise BatchDecodeError(f"column {name} has {nbytes} bytes, not a multiple of {width}")
+            raise BatchDecodeError(f"column {name} has {nbytes // width} values, row_count is {rows}")
 
 
 def _canonical(data: bytes) -> tuple[TcpInfoBatch, list[Span | None]] | None:
@@ -569,9 +496,7 @@ def _runtime_scan(data: bytes) -> ScannedBatch:
         value: Any = getattr(msg, name)
         if name in ADDRESS_COLUMNS:
             if len(value) != 16 * rows:
-                raise BatchDecodeError(
-                    f"column {name} has {len(value)} bytes, expected 16 * row_count = {16 * rows}"
-                )
+                raise BatchDecodeError(f"column {name} has {len(value)} bytes, expected 16 * row_count = {16 * rows}")
             columns[name] = np.frombuffer(value, dtype=np.uint8).reshape(rows, 16)
         else:
             if len(value) != rows:
@@ -594,79 +519,11 @@ def scan_batch(data: bytes) -> ScannedBatch:
             return _runtime_scan(data)
         header = _parse_header(header_bytes)
     _check_header(header)
-    _check_spans(data, int(header.row_count), spans)
+    _check_spans(int(header.row_count), spans)
     return ScannedBatch(data, header, spans)
 
 
 # ---------------------------------------------------------------- column decoding
-
-_U = np.uint64
-_LENMASK = np.array([0] + [(1 << (8 * min(n, 8))) - 1 for n in range(1, 11)], dtype=np.uint64)
-_M7 = _U(0x7F7F7F7F7F7F7F7F)
-_PAIRS = (
-    (_U(0x007F007F007F007F), _U(0x7F007F007F007F00), _U(1)),
-    (_U(0x00003FFF00003FFF), _U(0x3FFF00003FFF0000), _U(2)),
-    (_U(0x000000000FFFFFFF), _U(0x0FFFFFFF00000000), _U(4)),
-)
-_LENMASK_32 = np.array([0] + [(1 << (8 * min(n, 4))) - 1 for n in range(1, 11)], dtype=np.uint32)
-_M7_32 = np.uint32(0x7F7F7F7F)
-_PAIRS_32 = (
-    (np.uint32(0x007F007F), np.uint32(0x7F007F00), np.uint32(1)),
-    (np.uint32(0x00003FFF), np.uint32(0x3FFF0000), np.uint32(2)),
-)
-PAD = 16  # zero bytes a decode buffer carries after its data
-_CHUNK_VALUES = 1 << 16  # varints decoded per numpy pass (larger arrays fall out of the CPU cache)
-_ZEROS = bytes(PAD)
-
-
-def _compact(x: np.ndarray, m7: Any = _M7, pairs: tuple[tuple[Any, Any, Any], ...] = _PAIRS) -> np.ndarray:
-    """Drop the continuation bit of each byte of x and pack the 7-bit groups (little-endian).
-
-    For uint64 windows (up to 8 varint bytes) by default; uint32 with _M7_32, _PAIRS_32.
-    """
-    x &= m7
-    for keep, move, shift in pairs:
-        t = x & move
-        t >>= shift
-        x &= keep
-        x |= t
-    return x
-
-
-def _windows(padded: np.ndarray, dtype: str = "<u8") -> np.ndarray:
-    """Little-endian integer view starting at every byte of `padded` (which ends with >= 8 spare bytes)."""
-    return np.ndarray(shape=(padded.size - 8,), dtype=dtype, buffer=padded, strides=(1,))
-
-
-def _decode_known(padded: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Values of the varints at `starts` with `lengths` (any shape; uint32 when all are <= 4 bytes)."""
-    # ndarray.take is about twice as fast as fancy indexing on these strided views
-    if int(lengths.max(initial=0)) <= 4:
-        x32 = _windows(padded, "<u4").take(starts)
-        x32 &= _LENMASK_32.take(lengths)
-        return _compact(x32, _M7_32, _PAIRS_32)
-    win = _windows(padded)
-    x = win.take(starts)
-    x &= _LENMASK.take(lengths)
-    x = _compact(x)
-    long = lengths > 8
-    if long.any():
-        hi = win.take(starts[long] + 8) & _LENMASK.take(lengths[long] - 8)
-        x[long] |= _compact(hi) << _U(56)
-    return x
-
-
-def decode_varints(buf: np.ndarray, count: int) -> np.ndarray:
-    """Decode exactly `count` packed varints from uint8 `buf` (validated by the caller) as uint64."""
-    if buf.size == count:
-        return buf.astype(np.uint64)
-    padded = np.zeros(buf.size + PAD, dtype=np.uint8)
-    padded[: buf.size] = buf
-    ends = np.flatnonzero(buf < 0x80)
-    starts = np.empty_like(ends)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    return _decode_known(padded, starts, ends - starts + 1).astype(np.uint64)
 
 
 class GroupDecodeError(Exception):
@@ -686,110 +543,33 @@ class GroupColumns:
     columns: dict[str, np.ndarray]
 
 
-_VARINT_COLS: tuple[int, ...] = tuple(i for i, a in enumerate(_IS_ADDR) if not a)
-_ADDR_COLS: tuple[int, ...] = tuple(i for i, a in enumerate(_IS_ADDR) if a)
+_INT_DTYPES = (np.dtype("<u4"), np.dtype("<u8"))
+#: Column indexes by wire dtype: (dtype, [column index, ...]); addresses are uint8 (rows, 16).
+_BY_DTYPE: tuple[tuple[np.dtype, list[int]], ...] = (
+    *((dt, [i for i, (_, _, d) in enumerate(_SPEC) if d == dt and not _IS_ADDR[i]]) for dt in _INT_DTYPES),
+    (np.dtype(np.uint8), [i for i, a in enumerate(_IS_ADDR) if a]),
+)
 
 
-def _join(datas: list[memoryview], spans: np.ndarray, cols: list[int], pad: bool = False) -> np.ndarray:
-    """The payloads of columns `cols` of every batch, column-major (column by column, batches in order)."""
-    seg = spans[:, cols, :].transpose(1, 0, 2).reshape(-1, 2).tolist()
-    pieces: list[Any] = [d[s:e] for d, (s, e) in zip(datas * len(cols), seg, strict=True)]  # views: one copy
-    if pad:
-        pieces.append(_ZEROS)
-    return np.frombuffer(b"".join(pieces), dtype=np.uint8)
+def _decode_spans(batches: list[ScannedBatch], which: list[int]) -> dict[str, np.ndarray]:
+    """Columns of the located (span) batches `which` (their sizes were checked by scan_batch).
 
-
-def _decode_spans(batches: list[ScannedBatch], which: list[int], bad: dict[int, str]) -> dict[str, np.ndarray]:
-    """Columns of the located (span) batches `which`; reasons for bad ones go to `bad`.
-
-    Payloads are joined column-major, so column c's values end up contiguous.
-    Varint columns whose every segment is exactly row_count bytes of one-byte
-    varints are those bytes (no decoding); the other ("wide") varint columns
-    are joined into one buffer, validated at once (each segment holds exactly
-    its batch's rows, varints <= 10 bytes) and decoded in two passes (columns
-    of <= 4-byte varints in uint32, longer ones in uint64).  Every column holds
-    `total` values, so value j of the k-th wide column is at k * total + j.
+    The payloads of all columns of one dtype are joined column-major (column by
+    column, batches in order) into one buffer: column k of that dtype is then
+    row k of a (columns, total) view, with no copy per column.
     """
     datas = [memoryview(batches[i].data) for i in which]
-    rows = np.array([batches[i].rows for i in which], dtype=np.int64)
-    total = int(rows.sum())
+    total = sum(batches[i].rows for i in which)
     spans = np.array([batches[i].spans for i in which], dtype=np.int64)  # (B, columns, 2)
     columns: dict[str, np.ndarray] = {}
-    for col in _ADDR_COLS:
-        columns[COLUMNS[col]] = _join(datas, spans, [col]).reshape(total, 16)
-    var = np.array(_VARINT_COLS)
-    seg_len = spans[:, var, 1] - spans[:, var, 0]  # (B, varint columns)
-    narrow = var[(seg_len == rows[:, None]).all(axis=0)].tolist()
-    if narrow:
-        one = _join(datas, spans, narrow).reshape(len(narrow), total)
-        ok = np.asarray((one < 0x80).all(axis=1)).tolist()
-        for col, good, values in zip(narrow, ok, one, strict=True):
-            if good:
-                columns[COLUMNS[col]] = values
-    wide = [c for c in _VARINT_COLS if COLUMNS[c] not in columns]
-    step = max(1, _CHUNK_VALUES // max(total, 1))  # columns per pass: keep the arrays cache-sized
-    for i in range(0, len(wide), step):
-        if not _decode_wide(datas, spans, rows, wide[i : i + step], columns, bad, which):
-            break
+    for dt, cols in _BY_DTYPE:
+        seg = spans[:, cols, :].transpose(1, 0, 2).reshape(-1, 2).tolist()
+        joined = b"".join([d[s:e] for d, (s, e) in zip(datas * len(cols), seg, strict=True)])
+        shape = (len(cols), total, 16) if dt.itemsize == 1 else (len(cols), total)  # 1: addresses
+        block: np.ndarray = np.frombuffer(joined, dtype=dt).reshape(shape)
+        for k, col in enumerate(cols):
+            columns[COLUMNS[col]] = block[k]
     return columns
-
-
-def _decode_wide(
-    datas: list[memoryview],
-    spans: np.ndarray,
-    rows: np.ndarray,
-    wide: list[int],
-    out: dict[str, np.ndarray],
-    bad: dict[int, str],
-    which: list[int],
-) -> bool:
-    """Validate and decode varint columns `wide` of every batch into `out`.
-
-    False (and a reason per bad batch, by its index in `which`, in `bad`) if some batch is bad.
-    """
-    setbad = bad.setdefault
-    nb = len(datas)
-    nw = len(wide)
-    total = int(rows.sum())
-    padded = _join(datas, spans, wide, pad=True)
-    buf = padded[: padded.size - PAD]
-    term = buf < 0x80
-    ends = np.flatnonzero(term)
-    seg_w = (spans[:, wide, 1] - spans[:, wide, 0]).T.reshape(-1)  # column-major, like the buffer
-    seg_rows = np.tile(rows, nw)
-    cum = np.cumsum(seg_w)
-    counts = np.diff(np.searchsorted(ends, cum), prepend=0)
-    closed = term[np.maximum(cum - 1, 0)] | (seg_w == 0)
-    wrong = np.flatnonzero((counts != seg_rows) | ~closed).tolist()
-    for k in wrong:
-        name = COLUMNS[wide[k // nb]]
-        if closed[k]:
-            reason = f"column {name} has {int(counts[k])} values, row_count is {int(rows[k % nb])}"
-        else:
-            reason = f"column {name} ends inside a varint"
-        setbad(which[k % nb], reason)
-    if wrong:
-        return False
-    starts = np.empty_like(ends)
-    starts[0] = 0
-    starts[1:] = ends[:-1] + 1
-    lengths = ends - starts + 1
-    too_long = np.flatnonzero(lengths > MAX_VARINT_BYTES)
-    if too_long.size:
-        for k in np.unique(np.searchsorted(cum, ends[too_long], side="right")).tolist():
-            name = COLUMNS[wide[k // nb]]
-            setbad(which[k % nb], f"column {name} has a varint longer than {MAX_VARINT_BYTES} bytes")
-        return False
-    starts2 = starts.reshape(nw, total)
-    lengths2 = lengths.reshape(nw, total)
-    widest = lengths2.max(axis=1)
-    for cls in (widest <= 4, widest > 4):
-        sel = np.flatnonzero(cls).tolist()
-        if sel:
-            values = _decode_known(padded, starts2[sel], lengths2[sel])
-            for j, v in zip(sel, values, strict=True):
-                out[COLUMNS[wide[j]]] = v
-    return True
 
 
 def decode_group(batches: Sequence[ScannedBatch]) -> GroupColumns:
@@ -799,9 +579,7 @@ def decode_group(batches: Sequence[ScannedBatch]) -> GroupColumns:
     bad: dict[int, str] = {}
     nonempty = [i for i, b in enumerate(batches) if b.rows]
     located = [i for i in nonempty if batches[i].spans is not None]
-    columns = _decode_spans(batches, located, bad) if located else {}
-    if bad:
-        raise GroupDecodeError(bad)
+    columns = _decode_spans(batches, located) if located else {}
     if len(located) != len(nonempty):  # merge runtime-parsed batches in group order (rare)
         parts: dict[str, list[np.ndarray]] = {name: [] for name in COLUMNS}
         offsets = np.concatenate([[0], np.cumsum(rows[located])])

@@ -40,10 +40,24 @@ from controller.store import StoreURL
 
 
 def serialize_strings(col: StrColumn) -> bytes:
-    """Native String column: varint length + UTF-8 bytes per row."""
-    encoded = [v.encode() for v in col.values]
-    table = np.array([encode_varint(len(e)) + e for e in encoded] or [b""], dtype=object)
-    return b"".join(table[col.codes].tolist())
+    """Native String column: varint length + UTF-8 bytes per row.
+
+    Vectorized over rows: the distinct values are laid out once as a padded
+    (values, width) byte matrix; rows are gathered by code and, when the
+    values differ in length, the padding is masked out.
+    """
+    entries = [encode_varint(len(e)) + e for e in (v.encode() for v in col.values)] or [b""]
+    lens = np.fromiter(map(len, entries), dtype=np.int64, count=len(entries))
+    width = int(lens.max())
+    table = np.zeros((len(entries), width), dtype=np.uint8)
+    for i, e in enumerate(entries):
+        table[i, : len(e)] = np.frombuffer(e, dtype=np.uint8)
+    codes = np.asarray(col.codes)
+    gathered = table.take(codes, axis=0)
+    if bool((lens == width).all()):
+        return gathered.tobytes()
+    keep = np.arange(width) < lens[:, None]
+    return gathered[keep.take(codes, axis=0)].tobytes()
 
 
 def serialize_column(ch_type: str, col: np.ndarray | StrColumn) -> bytes | None:

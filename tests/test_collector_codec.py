@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
@@ -15,10 +17,9 @@ from collector.batch_codec import (
     BatchDecodeError,
     BatchHeader,
     decode_all,
+    SCHEMA_VERSION,
     decode_batch,
-    decode_varints,
     encode_batches,
-    encode_varints,
     scan_batch,
 )
 from schemas.tcpinfo_pb2 import TcpInfoBatch
@@ -31,7 +32,7 @@ def random_columns(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray]
         if name in ADDRESS_COLUMNS:
             cols[name] = rng.integers(0, 256, size=(rows, 16), dtype=np.uint8)
         else:
-            # mix of small, large and extreme values so every varint length appears
+            # mix of small, large and extreme values up to each type's maximum
             bits = rng.integers(0, dt.itemsize * 8 + 1, size=rows)
             hi = np.iinfo(dt).max
             vals = rng.integers(0, hi, size=rows, dtype=dt, endpoint=True)
@@ -62,15 +63,29 @@ def header(**kw: object) -> BatchHeader:
     return BatchHeader(**base)  # type: ignore[arg-type]
 
 
-@given(st.lists(st.integers(min_value=0, max_value=2**64 - 1), max_size=200))
-def test_varints_match_protobuf(values: list[int]) -> None:
-    msg = TcpInfoBatch()
-    msg.bytes_acked.extend(values)
-    ours = b""
-    if values:
-        payload = encode_varints(np.array(values, dtype=np.uint64))
-        ours = b"\xa2\x05" + _varint(len(payload)) + payload  # field 84, wire type 2
-    assert ours == msg.SerializeToString()
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(min_value=1, max_value=200), seed=st.integers(0, 2**32 - 1))
+def test_encoding_is_what_the_protobuf_runtime_serializes(rows: int, seed: int) -> None:
+    """Header + packed fixed-width columns in field order: byte for byte the runtime's own encoding."""
+    cols = random_columns(np.random.default_rng(seed), rows)
+    (ours,) = encode_batches(cols, header(), first_sequence=3, max_rows=rows, max_bytes=1 << 24)
+    assert TcpInfoBatch.FromString(ours).SerializeToString() == ours
+
+
+def test_extreme_values_round_trip_and_too_wide_values_are_refused() -> None:
+    cols = {
+        "rtt": np.array([0, 1, 2**31, 2**32 - 1], dtype=np.uint64),
+        "bytes_acked": np.array([0, 2**32, 2**63, 2**64 - 1], dtype=np.uint64),
+        "snd_cwnd": np.array([0, 1, 2, 3], dtype=np.int64),
+    }
+    d = decode_batch(encode_batches(cols, header(), first_sequence=0)[0])
+    assert d.columns["rtt"].tolist() == [0, 1, 2**31, 2**32 - 1]
+    assert d.columns["bytes_acked"].tolist() == [0, 2**32, 2**63, 2**64 - 1]
+    assert d.columns["snd_cwnd"].tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="does not fit column rtt"):
+        encode_batches({"rtt": np.array([2**32], dtype=np.uint64)}, header(), first_sequence=0)
+    with pytest.raises(ValueError, match="negative value"):
+        encode_batches({"rtt": np.array([-1], dtype=np.int64)}, header(), first_sequence=0)
 
 
 def _varint(n: int) -> bytes:
@@ -138,7 +153,7 @@ def test_decode_rejects_bad_batches() -> None:
         return m.SerializeToString()
 
     cases = {
-        "schema_version": mutate(lambda m: setattr(m, "schema_version", 2)),
+        "schema_version": mutate(lambda m: setattr(m, "schema_version", 1)),
         "row_count": mutate(lambda m: setattr(m, "row_count", 6)),
         "src_addr": mutate(lambda m: setattr(m, "src_addr", m.src_addr[:-1])),
         "rtt": mutate(lambda m: m.rtt.append(1)),
@@ -165,7 +180,7 @@ def runtime_decode(data: bytes) -> tuple[TcpInfoBatch, dict[str, np.ndarray]]:
     """Reference: parse with the protobuf runtime, validate like the contract says; ValueError if bad."""
     msg = TcpInfoBatch.FromString(data)  # raises DecodeError
     rows = msg.row_count
-    if msg.schema_version != 1:
+    if msg.schema_version != SCHEMA_VERSION:
         raise ValueError("schema_version")
     if msg.batch_count and msg.batch_index >= msg.batch_count:
         raise ValueError("batch_index")
@@ -249,8 +264,14 @@ def good_message(rows: int = 40, seed: int = 2) -> bytes:
 
 
 def packed(field: int, values: list[int]) -> bytes:
-    payload = b"".join(_varint(v) for v in values)
+    """A packed fixed32 field."""
+    payload = b"".join(struct.pack("<I", v) for v in values)
     return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def unpacked(field: int, value: int) -> bytes:
+    """One fixed32 element written unpacked (wire type 5)."""
+    return _varint(field << 3 | 5) + struct.pack("<I", value)
 
 
 @settings(max_examples=40, deadline=None)
@@ -285,10 +306,10 @@ def test_any_field_order_unknown_fields_and_repeats_decode_like_the_runtime() ->
         "unknown inside body": b"".join(f + (unknown[3] if field_number(f) == 60 else b"") for f in fields),
         # a packed column split in two fields concatenates; written unpacked it is the same values
         "split packed": b"".join(without_rtt) + packed(rtt_num, list(rtt[:15])) + packed(rtt_num, list(rtt[15:])),
-        "unpacked": b"".join(without_rtt) + b"".join(_varint(rtt_num << 3) + _varint(v) for v in rtt),
+        "unpacked": b"".join(without_rtt) + b"".join(unpacked(rtt_num, v) for v in rtt),
         "half unpacked": b"".join(without_rtt)
         + packed(rtt_num, list(rtt[:10]))
-        + b"".join(_varint(rtt_num << 3) + _varint(v) for v in rtt[10:]),
+        + b"".join(unpacked(rtt_num, v) for v in rtt[10:]),
         # a repeated scalar header field: the last one wins; a bytes column twice: the last one wins
         "header twice": _varint(3 << 3 | 2) + b"\x05other" + data,
         "address twice": _varint(src_num << 3 | 2) + _varint(640) + bytes(640) + data,
@@ -324,20 +345,6 @@ def test_random_bytes_never_crash(data: bytes) -> None:
     assert_same_as_runtime(data)
 
 
-def test_varints_of_every_width() -> None:
-    values = np.array(
-        [0, 1, 127, 128, 300, 2**14, 2**21 - 1, 2**32 - 1, 2**35, 2**63, 2**64 - 1], dtype=np.uint64
-    )
-    for vals in (
-        values,
-        np.repeat(values, 3),
-        np.full(5, 2**64 - 1, dtype=np.uint64),
-        np.arange(100, dtype=np.uint64),
-    ):
-        buf = np.frombuffer(encode_varints(vals), dtype=np.uint8)
-        assert np.array_equal(decode_varints(buf, len(vals)), vals)
-
-
 def _small_batch(rows: int = 4) -> TcpInfoBatch:
     cols = random_columns(np.random.default_rng(0), rows)
     return TcpInfoBatch.FromString(encode_batches(cols, header(), 5)[0])
@@ -354,7 +361,7 @@ def _decode_one_in_group(data: bytes) -> None:
 @pytest.mark.parametrize(
     "mutate, reason",
     [
-        (lambda m: setattr(m, "schema_version", 2), "schema_version 2"),
+        (lambda m: setattr(m, "schema_version", 1), "schema_version 1"),
         (lambda m: setattr(m, "row_count", 5), "row_count"),
         (lambda m: setattr(m, "dst_addr", b"\x01" * 15), "dst_addr"),
         (lambda m: m.rtt.append(5), "column rtt has 5 values, row_count is 4"),
@@ -381,7 +388,7 @@ def test_bad_batch_in_a_group_only_drops_that_batch_and_order_is_kept() -> None:
     rtt_num = TcpInfoBatch.DESCRIPTOR.fields_by_name["rtt"].number
     values = list(odd.rtt)
     odd.ClearField("rtt")
-    odd_data = odd.SerializeToString() + b"".join(_varint(rtt_num << 3) + _varint(v) for v in values)
+    odd_data = odd.SerializeToString() + b"".join(unpacked(rtt_num, v) for v in values)
     data = [*msgs[:2], bad_msg.SerializeToString(), msgs[2], odd_data, *msgs[4:]]
     scanned = [scan_batch(m) for m in data]
     assert scanned[4].spans is None and scanned[4].columns is not None  # took the runtime path

@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         sh("ip", "link", "add", tmp_a, "type", "veth", "peer", "name", tmp_b)
         sh("ip", "link", "set", tmp_a, "netns", edge)
         sh("ip", "link", "set", tmp_b, "netns", router)
-        for ns, dev, v4, v6 in ((edge, tmp_a, "192.0.2.2/24", "2001:db8:1::2/64"),
-                                (router, tmp_b, "192.0.2.1/24", "2001:db8:1::1/64")):
+        for ns, dev, v4, v6 in (
+            (edge, tmp_a, "192.0.2.2/24", "2001:db8:1::2/64"),
+            (router, tmp_b, "192.0.2.1/24", "2001:db8:1::1/64"),
+        ):
             sh("ip", "-n", ns, "link", "set", dev, "up")
             sh("ip", "-n", ns, "addr", "add", v4, "dev", dev)
             sh("ip", "-n", ns, "addr", "add", v6, "dev", dev, "nodad")
@@ -59,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         with RouteTable(edge) as table:
             applier = RouteApplier(table)
             results = []
-            for label, wanted in (("apply", prefixes(args.count, 0)),
-                                  ("replace", prefixes(args.count, args.count))):
+            for label, wanted in (("apply", prefixes(args.count, 0)), ("replace", prefixes(args.count, args.count))):
                 outcome = applier.apply(wanted)
                 if not outcome.ok:
                     print(f"{label}: FAILED {outcome.errors[:3]}", file=sys.stderr)

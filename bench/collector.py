@@ -217,9 +217,7 @@ def main() -> int:
                 )
         steady = [] if args.no_kafka else daemon_polls(ns, args.brokers, topic, args.rounds)
         base = statistics.median(t for t, _, _ in runs["ss -tin"])
-        print(
-            f"\n{'command':<16}{'median s':>10}{'best s':>9}{'sockets/s':>12}{'vs ss':>8}{'peak RSS MB':>13}"
-        )
+        print(f"\n{'command':<16}{'median s':>10}{'best s':>9}{'sockets/s':>12}{'vs ss':>8}{'peak RSS MB':>13}")
         for name, got in runs.items():
             if not got:
                 continue

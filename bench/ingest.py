@@ -126,9 +126,7 @@ def _topic(admin: AdminClient) -> str:
     return topic
 
 
-def _loaders(
-    n: int, kafka: str, admin: AdminClient, url: str, msgs: list[tuple[str, bytes]], rows: int
-) -> float:
+def _loaders(n: int, kafka: str, admin: AdminClient, url: str, msgs: list[tuple[str, bytes]], rows: int) -> float:
     """n loaders on a fresh topic; returns rows/s over the loaders' combined window.
 
     One loader: the messages are produced first and the loader runs with --drain.

@@ -117,8 +117,7 @@ def bench_one(url: str, label: str, sizes: list[int], samples: int, repeat: int,
                 f"round={total:.2f}s (refresh 1 new bucket {round_refresh:.2f}s + score {round_score:.2f}s, "
                 f"best score {min(scores):.2f}s)  cold={cold_refresh + cold_score:.2f}s "
                 f"(refresh 36 buckets {cold_refresh:.2f}s + score {cold_score:.2f}s)  fill {fill_s:.0f}s  "
-                f"full controller round {full.seconds:.2f}s [{steps}]"
-                + verdict,
+                f"full controller round {full.seconds:.2f}s [{steps}]" + verdict,
                 flush=True,
             )
         finally:
@@ -130,8 +129,11 @@ def bench_one(url: str, label: str, sizes: list[int], samples: int, repeat: int,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="10000,100000,200000")
-    ap.add_argument("--clickhouse", default="clickhouse://default:@127.0.0.1:19000/{db}?ttl=off",
-                    help="server URL ({db} = a fresh database); '' to skip")
+    ap.add_argument(
+        "--clickhouse",
+        default="clickhouse://default:@127.0.0.1:19000/{db}?ttl=off",
+        help="server URL ({db} = a fresh database); '' to skip",
+    )
     ap.add_argument("--chdb", default=None, help="chDB directory (default: a temporary one); 'off' to skip")
     ap.add_argument("--samples", type=int, default=6, help="samples per prefix and bucket")
     ap.add_argument("--repeat", type=int, default=3)

@@ -53,8 +53,9 @@ class RouteApplier:
         try:
             before = split_table(self.table.dump(), self.table.proto)
         except OSError as exc:  # nothing written yet: nothing to roll back
-            return ApplyOutcome(ok=False, errors=[f"cannot read the routing table: {exc}"],
-                                seconds=time.monotonic() - started)
+            return ApplyOutcome(
+                ok=False, errors=[f"cannot read the routing table: {exc}"], seconds=time.monotonic() - started
+            )
         plan = make_plan(before, wanted)
         outcome = ApplyOutcome(ok=True, skipped=plan.skipped)
         try:

@@ -33,22 +33,28 @@ RESERVED_PROTOS = {0: "unspec", 1: "redirect", 2: "kernel", 3: "boot", 4: "stati
 def configure(parser: argparse.ArgumentParser) -> None:
     src = parser.add_argument_group("config source (one of)")
     src.add_argument("--kafka", metavar="BROKERS", help="Kafka bootstrap servers, e.g. kafka1:9092")
-    src.add_argument("--from-file", metavar="CONFIG", type=Path,
-                     help="apply one signed CongestionConfig file (binary or JSON) and exit (needs --once)")
+    src.add_argument(
+        "--from-file",
+        metavar="CONFIG",
+        type=Path,
+        help="apply one signed CongestionConfig file (binary or JSON) and exit (needs --once)",
+    )
     parser.add_argument("--once", action="store_true", help="with --from-file: apply once and exit")
     parser.add_argument("--pop", required=True, help="the POP this host belongs to (config key)")
-    parser.add_argument("--public-key", required=True, type=Path, metavar="PEM",
-                        help="Ed25519 public key of the controller (PEM)")
+    parser.add_argument(
+        "--public-key", required=True, type=Path, metavar="PEM", help="Ed25519 public key of the controller (PEM)"
+    )
     parser.add_argument("--netns", default=None, help="network namespace to manage (default: this one)")
-    parser.add_argument("--host", default=socket.gethostname(),
-                        help="host name in statuses (default: hostname)")
+    parser.add_argument("--host", default=socket.gethostname(), help="host name in statuses (default: hostname)")
     parser.add_argument("--config-topic", default="dyncc-configs", help="compacted config topic (key = POP)")
     parser.add_argument("--status-topic", default="dyncc-apply-status", help="ApplyStatus topic (key = host)")
     parser.add_argument("--reconcile-every", default="60s", help="periodic reconcile interval (default 60s)")
-    parser.add_argument("--proto", type=int, default=250,
-                        help="routing protocol number tagging owned routes (default 250)")
-    parser.add_argument("--state-dir", type=Path, default=None,
-                        help="applied version and config (default /var/lib/dyncc/agent-POP)")
+    parser.add_argument(
+        "--proto", type=int, default=250, help="routing protocol number tagging owned routes (default 250)"
+    )
+    parser.add_argument(
+        "--state-dir", type=Path, default=None, help="applied version and config (default /var/lib/dyncc/agent-POP)"
+    )
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
@@ -109,8 +115,15 @@ def _build_agent(args: argparse.Namespace) -> Agent:
         table = RouteTable(args.netns, proto=args.proto)
     except OSError as exc:
         raise ConfigError(f"cannot open netlink in {args.netns or 'this namespace'}: {exc}") from exc
-    return Agent(pop=args.pop, host=args.host, netns=args.netns, public_key=public_key, state=state,
-                 table=table, metrics=AgentMetrics())
+    return Agent(
+        pop=args.pop,
+        host=args.host,
+        netns=args.netns,
+        public_key=public_key,
+        state=state,
+        table=table,
+        metrics=AgentMetrics(),
+    )
 
 
 def _run_once(args: argparse.Namespace) -> int:
@@ -138,11 +151,23 @@ def _run_kafka(args: argparse.Namespace, every: float) -> int:
     stop = StopFlag()
     watcher = RouteEventWatcher(args.netns, args.proto)
     producer = StatusProducer(args.kafka, args.status_topic, on_error=lambda _e: metrics.kafka_errors.inc())
-    consumer = ConfigConsumer(args.kafka, args.config_topic, args.pop, args.host,
-                              on_error=lambda _e: metrics.kafka_errors.inc(),
-                              on_malformed=metrics.malformed.inc)
-    log.info("agent for POP %s on %s (netns %s, proto %d): config v%d in force, reconcile every %gs",
-             args.pop, args.host, args.netns or "-", args.proto, agent.state.version, every)
+    consumer = ConfigConsumer(
+        args.kafka,
+        args.config_topic,
+        args.pop,
+        args.host,
+        on_error=lambda _e: metrics.kafka_errors.inc(),
+        on_malformed=metrics.malformed.inc,
+    )
+    log.info(
+        "agent for POP %s on %s (netns %s, proto %d): config v%d in force, reconcile every %gs",
+        args.pop,
+        args.host,
+        args.netns or "-",
+        args.proto,
+        agent.state.version,
+        every,
+    )
     try:
         with stop.installed():
             watcher.start()

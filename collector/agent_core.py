@@ -42,17 +42,20 @@ class AgentMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.configs = Counter("dyncc_agent_configs", "configs handled, by result", ["result"], registry=r)
-        self.refused = Counter("dyncc_agent_configs_refused", "configs refused, by reason", ["reason"],
-                               registry=r)
-        self.reconciles = Counter("dyncc_agent_reconciles", "reconciles, by trigger and result",
-                                  ["trigger", "result"], registry=r)
-        self.route_changes = Counter("dyncc_agent_route_changes", "owned route writes, by kind", ["kind"],
-                                     registry=r)
+        self.refused = Counter("dyncc_agent_configs_refused", "configs refused, by reason", ["reason"], registry=r)
+        self.reconciles = Counter(
+            "dyncc_agent_reconciles", "reconciles, by trigger and result", ["trigger", "result"], registry=r
+        )
+        self.route_changes = Counter("dyncc_agent_route_changes", "owned route writes, by kind", ["kind"], registry=r)
         self.owned = Gauge("dyncc_agent_owned_routes", "routes owned by this agent", registry=r)
         self.skipped = Gauge("dyncc_agent_skipped_prefixes", "desired prefixes not installed", registry=r)
         self.applied_version = Gauge("dyncc_agent_applied_version", "config version in force", registry=r)
-        self.apply_seconds = Histogram("dyncc_agent_apply_seconds", "apply/reconcile duration",
-                                       registry=r, buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10))
+        self.apply_seconds = Histogram(
+            "dyncc_agent_apply_seconds",
+            "apply/reconcile duration",
+            registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10),
+        )
         self.route_events = Counter("dyncc_agent_route_events", "covering route changes seen", registry=r)
         self.kafka_errors = Counter("dyncc_agent_kafka_errors", "Kafka consume/produce errors", registry=r)
         self.malformed = Counter("dyncc_agent_malformed_configs", "undecodable config messages", registry=r)
@@ -89,15 +92,12 @@ class Agent:
             verify(config, self.public_key)
             return parse_wanted(config, None)
         except (SignatureError, InvalidConfig) as exc:
-            log.error("stored config v%d is not usable (%s): keeping owned routes as they are",
-                      config.version, exc)
+            log.error("stored config v%d is not usable (%s): keeping owned routes as they are", config.version, exc)
             return None
 
     # ----------------------------------------------------------------- status
 
-    def status(
-        self, version: int, result: int, outcome: ApplyOutcome | None, errors: list[str]
-    ) -> ApplyStatus:
+    def status(self, version: int, result: int, outcome: ApplyOutcome | None, errors: list[str]) -> ApplyStatus:
         owned = outcome.owned if outcome is not None else len(self.applier.owned())
         status = ApplyStatus(
             host=self.host,
@@ -155,13 +155,17 @@ class Agent:
         if verdict.action == REFUSE:
             self.metrics.configs.labels("refused").inc()
             self.metrics.refused.labels(verdict.reason).inc()
-            log.warning("refused config for POP %r v%d: %s (nothing changed; in force: v%d)",
-                        config.pop, config.version, verdict.detail, self.state.version)
+            log.warning(
+                "refused config for POP %r v%d: %s (nothing changed; in force: v%d)",
+                config.pop,
+                config.version,
+                verdict.detail,
+                self.state.version,
+            )
             return self.status(config.version, ApplyStatus.REFUSED, None, [f"refused: {verdict.detail}"])
         if verdict.action == IGNORE:
             self.metrics.configs.labels("ignored").inc()
-            log.info("ignored config v%d: %s (v%d stays in force)", config.version, verdict.detail,
-                     self.state.version)
+            log.info("ignored config v%d: %s (v%d stays in force)", config.version, verdict.detail, self.state.version)
             note = [f"ignored: {verdict.detail}"]
             return self.status(self.state.version, ApplyStatus.UNCHANGED, None, note)
         if verdict.action != ACCEPT:  # same version again (e.g. re-read from Kafka): just reconcile
@@ -175,16 +179,20 @@ class Agent:
         label = "kill switch" if not wanted else f"{len(wanted)} prefixes"
         if not outcome.ok:
             self.metrics.configs.labels("failed").inc()
-            log.error("apply v%d (%s) FAILED, previous owned set restored (v%d in force): %s",
-                      config.version, label, self.state.version, "; ".join(outcome.errors)[:500])
+            log.error(
+                "apply v%d (%s) FAILED, previous owned set restored (v%d in force): %s",
+                config.version,
+                label,
+                self.state.version,
+                "; ".join(outcome.errors)[:500],
+            )
             return self.status(config.version, ApplyStatus.FAILED_ROLLED_BACK, outcome, [])
         errors: list[str] = []
         try:
             self.state.save(config)
         except OSError as exc:
             errors.append(f"applied but state not saved: {exc}")
-            log.error("applied v%d but could not save state in %s: %s", config.version,
-                      self.state.directory, exc)
+            log.error("applied v%d but could not save state in %s: %s", config.version, self.state.directory, exc)
             self.state.version, self.state.config = int(config.version), config
         self.wanted = wanted
         self.metrics.configs.labels("applied").inc()
@@ -205,8 +213,12 @@ class Agent:
         if outcome.ok:
             log.info("reconcile (%s) v%d: %s", trigger, self.state.version, outcome.summary())
         else:
-            log.error("reconcile (%s) v%d FAILED, owned set restored: %s", trigger, self.state.version,
-                      "; ".join(outcome.errors)[:500])
+            log.error(
+                "reconcile (%s) v%d FAILED, owned set restored: %s",
+                trigger,
+                self.state.version,
+                "; ".join(outcome.errors)[:500],
+            )
         code = ApplyStatus.APPLIED if outcome.ok and outcome.changes else ApplyStatus.UNCHANGED
         if not outcome.ok:
             code = ApplyStatus.FAILED_ROLLED_BACK

@@ -41,15 +41,17 @@ class ConfigConsumer:
         self.keys = {self.key, f"{pop}/canary".encode()}
         self._on_error = on_error or (lambda _msg: None)
         self._on_malformed = on_malformed or (lambda: None)
-        self._consumer = Consumer({
-            "bootstrap.servers": brokers,
-            "group.id": f"dyncc-agent-{pop}-{host}",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-            "fetch.queue.backoff.ms": 10,
-            "fetch.wait.max.ms": 100,
-        })
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": brokers,
+                "group.id": f"dyncc-agent-{pop}-{host}",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+                "fetch.queue.backoff.ms": 10,
+                "fetch.wait.max.ms": 100,
+            }
+        )
         self._partitions: set[int] = set()
         self._at_eof: set[int] = set()
         self.caught_up = False
@@ -74,11 +76,10 @@ class ConfigConsumer:
                 self._warned_missing = True
             return False
         self._partitions = set(topic.partitions)
-        self._consumer.assign(
-            [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(self._partitions)]
+        self._consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(self._partitions)])
+        log.info(
+            "reading configs for key %s from %s (%d partitions)", self.key.decode(), self.topic, len(self._partitions)
         )
-        log.info("reading configs for key %s from %s (%d partitions)", self.key.decode(), self.topic,
-                 len(self._partitions))
         return True
 
     def poll(self, timeout: float) -> list[CongestionConfig]:
@@ -102,15 +103,13 @@ class ConfigConsumer:
             assert key is not None
             value = msg.value()
             if value is None:
-                log.warning("tombstone for POP %s on %s ignored (use the kill switch)", self.key.decode(),
-                            self.topic)
+                log.warning("tombstone for POP %s on %s ignored (use the kill switch)", self.key.decode(), self.topic)
                 continue
             try:
                 latest[key] = CongestionConfig.FromString(value)
             except DecodeError:
                 self._on_malformed()
-                log.warning("undecodable config at %s[%s]@%s skipped", self.topic, msg.partition(),
-                            msg.offset())
+                log.warning("undecodable config at %s[%s]@%s skipped", self.topic, msg.partition(), msg.offset())
         if self.caught_up:
             return sorted(latest.values(), key=lambda c: c.version)
         self._pending.update(latest)
@@ -137,8 +136,9 @@ class StatusProducer:
 
     def send(self, status: ApplyStatus) -> None:
         try:
-            self._producer.produce(self.topic, key=status.host.encode(), value=status.SerializeToString(),
-                                   on_delivery=self._delivered)
+            self._producer.produce(
+                self.topic, key=status.host.encode(), value=status.SerializeToString(), on_delivery=self._delivered
+            )
         except (KafkaException, BufferError) as exc:
             self._on_error(str(exc))
             log.warning("status not queued: %s", exc)

@@ -69,8 +69,18 @@ RT_SCOPE_NOWHERE = 255
 RTM_F_CLONED = 0x200
 
 RTN_NAMES = {
-    0: "unspec", 1: "unicast", 2: "local", 3: "broadcast", 4: "anycast", 5: "multicast",
-    6: "blackhole", 7: "unreachable", 8: "prohibit", 9: "throw", 10: "nat", 11: "xresolve",
+    0: "unspec",
+    1: "unicast",
+    2: "local",
+    3: "broadcast",
+    4: "anycast",
+    5: "multicast",
+    6: "blackhole",
+    7: "unreachable",
+    8: "prohibit",
+    9: "throw",
+    10: "nat",
+    11: "xresolve",
 }
 
 NLMSGHDR = struct.Struct("=IHHII")
@@ -246,9 +256,24 @@ def parse_route(payload: memoryview) -> RouteRecord | None:
     if dst is None:
         return None
     return RouteRecord(
-        family=family, dst=dst, dst_len=dst_len, table=table, proto=proto, scope=scope, rtype=rtype,
-        flags=flags, tos=tos, src_len=src_len, gateway=gateway, oif=oif, prefsrc=prefsrc,
-        priority=priority, nh_id=nh_id, metrics=tuple(sorted(metrics)), lock=lock, cc_algo=cc_algo,
+        family=family,
+        dst=dst,
+        dst_len=dst_len,
+        table=table,
+        proto=proto,
+        scope=scope,
+        rtype=rtype,
+        flags=flags,
+        tos=tos,
+        src_len=src_len,
+        gateway=gateway,
+        oif=oif,
+        prefsrc=prefsrc,
+        priority=priority,
+        nh_id=nh_id,
+        metrics=tuple(sorted(metrics)),
+        lock=lock,
+        cc_algo=cc_algo,
         unsupported=tuple(unsupported),
     )
 

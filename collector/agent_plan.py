@@ -147,9 +147,7 @@ def check_config(
     if config.version == applied_version and config.signature == applied_signature:
         return Verdict(UNCHANGED, "", f"version {config.version} already applied")
     if config.version <= applied_version:
-        return Verdict(
-            REFUSE, "stale", f"config version {config.version} is not newer than applied {applied_version}"
-        )
+        return Verdict(REFUSE, "stale", f"config version {config.version} is not newer than applied {applied_version}")
     return Verdict(ACCEPT)
 
 
@@ -327,8 +325,10 @@ def verify_readback(expected: Mapping[str, Route], view: TableView, limit: int =
         elif not got.algorithm:
             errors.append(f"{prefix}: route has no congestion control (RTAX_CC_ALGO dropped)")
         elif got != want:
-            errors.append(f"{prefix}: read back {got.algorithm} {got.nexthop.describe()}, "
-                          f"wanted {want.algorithm} {want.nexthop.describe()}")
+            errors.append(
+                f"{prefix}: read back {got.algorithm} {got.nexthop.describe()}, "
+                f"wanted {want.algorithm} {want.nexthop.describe()}"
+            )
     errors.extend(f"{prefix}: unexpected owned route" for prefix in view.owned if prefix not in expected)
     errors.extend(f"{r.prefix}: duplicate owned route" for r in view.duplicates)
     if len(errors) > limit:

@@ -69,9 +69,7 @@ def open_netlink(netns: str | None, groups: int = 0) -> socket.socket:
             raise FileNotFoundError(f"network namespace {netns!r} does not exist")
         from pyroute2 import netns as pr_netns
 
-        sock = pr_netns.create_socket(
-            netns, socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE, flags=0
-        )
+        sock = pr_netns.create_socket(netns, socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE, flags=0)
     else:
         sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
     for force, plain in ((SO_RCVBUFFORCE, socket.SO_RCVBUF), (SO_SNDBUFFORCE, socket.SO_SNDBUF)):
@@ -137,9 +135,7 @@ class RouteTable:
         records: list[RouteRecord] = []
         for family in (socket.AF_INET, socket.AF_INET6):
             seq = self._next_seq()
-            self._sock.send(
-                encode_dump(seq, family, table=self.table, proto=self.proto if owned_only else 0)
-            )
+            self._sock.send(encode_dump(seq, family, table=self.table, proto=self.proto if owned_only else 0))
             done = False
             while not done:
                 for msg_type, flags, mseq, payload in iter_messages(self._recv()):
@@ -166,14 +162,34 @@ class RouteTable:
         nh = route.nexthop
         if op.kind == "del":
             return encode_route(
-                seq, RTM_DELROUTE, 0, family=nh.family, dst=dst, dst_len=int(length), proto=self.proto,
-                table=self.table, scope=RT_SCOPE_NOWHERE, rtype=0, priority=nh.priority,
+                seq,
+                RTM_DELROUTE,
+                0,
+                family=nh.family,
+                dst=dst,
+                dst_len=int(length),
+                proto=self.proto,
+                table=self.table,
+                scope=RT_SCOPE_NOWHERE,
+                rtype=0,
+                priority=nh.priority,
             )
         return encode_route(
-            seq, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, family=nh.family,
-            dst=dst, dst_len=int(length), proto=self.proto, table=self.table,
-            scope=nh.scope, gateway=nh.gateway, oif=nh.oif, prefsrc=nh.prefsrc, priority=nh.priority,
-            nh_id=nh.nh_id, metrics=nh.metrics,
+            seq,
+            RTM_NEWROUTE,
+            NLM_F_CREATE | NLM_F_EXCL,
+            family=nh.family,
+            dst=dst,
+            dst_len=int(length),
+            proto=self.proto,
+            table=self.table,
+            scope=nh.scope,
+            gateway=nh.gateway,
+            oif=nh.oif,
+            prefsrc=nh.prefsrc,
+            priority=nh.priority,
+            nh_id=nh.nh_id,
+            metrics=nh.metrics,
             lock=nh.lock | (CC_ALGO_LOCK_BIT if route.lock else 0),
             cc_algo=route.algorithm or None,
         )

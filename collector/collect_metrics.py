@@ -61,9 +61,7 @@ class CollectMetrics:
             registry=r,
         )
         self.polls = Counter("dyncc_collect_polls", "Polls completed", registry=r)
-        self.sockets_seen = Counter(
-            "dyncc_collect_sockets_seen", "Sockets returned by the kernel", registry=r
-        )
+        self.sockets_seen = Counter("dyncc_collect_sockets_seen", "Sockets returned by the kernel", registry=r)
         self.sockets_filtered = Counter(
             "dyncc_collect_sockets_filtered", "Sockets dropped by a filter", ["reason"], registry=r
         )
@@ -82,18 +80,10 @@ class CollectMetrics:
         self.dropped_polls = Counter(
             "dyncc_collect_dropped_polls", "Whole polls dropped because the send queue was full", registry=r
         )
-        self.dropped_batches = Counter(
-            "dyncc_collect_dropped_batches", "Batches dropped with those polls", registry=r
-        )
-        self.overruns = Counter(
-            "dyncc_collect_overruns", "Polls that took longer than the interval", registry=r
-        )
-        self.poll_timeouts = Counter(
-            "dyncc_collect_poll_timeouts", "Polls abandoned at the timeout", registry=r
-        )
-        self.netns_errors = Counter(
-            "dyncc_collect_netns_errors", "Namespaces that could not be dumped", registry=r
-        )
+        self.dropped_batches = Counter("dyncc_collect_dropped_batches", "Batches dropped with those polls", registry=r)
+        self.overruns = Counter("dyncc_collect_overruns", "Polls that took longer than the interval", registry=r)
+        self.poll_timeouts = Counter("dyncc_collect_poll_timeouts", "Polls abandoned at the timeout", registry=r)
+        self.netns_errors = Counter("dyncc_collect_netns_errors", "Namespaces that could not be dumped", registry=r)
 
     def _factory(self, kind: str) -> Any:
         store = self._plain

@@ -196,9 +196,7 @@ class ChunkWalk:
     interrupted: bool = False
 
 
-def walk_datagrams(
-    buf: Buf, starts: np.ndarray, ends: np.ndarray, errors: ErrorCounts
-) -> ChunkWalk:
+def walk_datagrams(buf: Buf, starts: np.ndarray, ends: np.ndarray, errors: ErrorCounts) -> ChunkWalk:
     """walk_messages over many datagrams at once, in lock step (vectorized); never raises.
 
     Datagram j is buf[starts[j]:ends[j]] (starts 4-aligned, inside buf).  Each

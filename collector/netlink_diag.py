@@ -309,9 +309,7 @@ class DiagDumper:
                         break
                     res.messages += int(walk.offsets.shape[0])
                     if walk.offsets.shape[0]:
-                        parsed = parse_messages(
-                            item.buf, walk.offsets, walk.lengths, errors, seq=seq, pid=self.pid
-                        )
+                        parsed = parse_messages(item.buf, walk.offsets, walk.lengths, errors, seq=seq, pid=self.pid)
                         on_chunk(parsed)
                 finally:
                     self._pool.put(item.buf)

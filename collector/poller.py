@@ -67,9 +67,7 @@ class PollerConfig:
     netns: Sequence[str] = ()  # empty: the collector's own namespace
     all_netns: bool = False
     states: Sequence[int] = tuple(TCP_STATES[s] for s in DEFAULT_STATES)
-    filters: FilterSpec = field(
-        default_factory=lambda: FilterSpec(exclude=tuple(parse_networks(DEFAULT_EXCLUDES)))
-    )
+    filters: FilterSpec = field(default_factory=lambda: FilterSpec(exclude=tuple(parse_networks(DEFAULT_EXCLUDES))))
     prefix_v4: int = 24
     prefix_v6: int = 56
     max_rows: int = DEFAULT_MAX_ROWS

@@ -224,9 +224,7 @@ class FileSink(_PollSink):
     becomes PATH.1.  A batch is never split across files.
     """
 
-    def __init__(
-        self, path: str | Path, metrics: CollectMetrics, rotate_bytes: int = 256 << 20, keep: int = 5
-    ):
+    def __init__(self, path: str | Path, metrics: CollectMetrics, rotate_bytes: int = 256 << 20, keep: int = 5):
         self.path = Path(path)
         self.metrics = metrics
         self.rotate_bytes = rotate_bytes

@@ -20,7 +20,8 @@ from collector.daemon import ConfigError
 
 def add_config_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", metavar="FILE",
+        "--config",
+        metavar="FILE",
         help="TOML file with the same keys as the long options; command-line flags override it",
     )
 
@@ -38,8 +39,7 @@ def _option_map(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return found
 
 
-def config_values(data: dict[str, Any], command: str, parser: argparse.ArgumentParser,
-                  source: str) -> dict[str, Any]:
+def config_values(data: dict[str, Any], command: str, parser: argparse.ArgumentParser, source: str) -> dict[str, Any]:
     """dest -> value from a parsed TOML document; unknown keys are a ConfigError."""
     table = data.get(command) if isinstance(data.get(command), dict) else data
     assert isinstance(table, dict)

@@ -71,9 +71,7 @@ def build_config(
     return config
 
 
-def generate(
-    state: DesiredState, version: int, *, created_at_ns: int, lock: bool = False
-) -> CongestionConfig:
+def generate(state: DesiredState, version: int, *, created_at_ns: int, lock: bool = False) -> CongestionConfig:
     """The POP-wide config for a desired state (target hosts are set by the rollout)."""
     return build_config(
         state.pop,
@@ -85,8 +83,7 @@ def generate(
 
 
 def kill_switch_config(pop: str, version: int, *, created_at_ns: int) -> CongestionConfig:
-    return build_config(pop, version, (), created_at_ns=created_at_ns, round_id="kill-switch",
-                        kill_switch=True)
+    return build_config(pop, version, (), created_at_ns=created_at_ns, round_id="kill-switch", kill_switch=True)
 
 
 @dataclass

@@ -93,8 +93,9 @@ class DirConfigSink:
         pass
 
 
-def ensure_topic(brokers: str, topic: str, *, compact: bool, timeout: float = 15.0,
-                 retention_ms: int | None = None) -> None:
+def ensure_topic(
+    brokers: str, topic: str, *, compact: bool, timeout: float = 15.0, retention_ms: int | None = None
+) -> None:
     """Create `topic` if missing (compacted when `compact`); warn if an existing one differs."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
@@ -128,8 +129,7 @@ def ensure_topic(brokers: str, topic: str, *, compact: bool, timeout: float = 15
             log.warning("cannot read the configuration of topic %s: %s", topic, exc)
             return
         if "compact" not in (policy or ""):
-            log.warning("config topic %s has cleanup.policy=%s, not compact: old configs will expire",
-                        topic, policy)
+            log.warning("config topic %s has cleanup.policy=%s, not compact: old configs will expire", topic, policy)
 
 
 class KafkaConfigSink:
@@ -140,12 +140,14 @@ class KafkaConfigSink:
         self.timeout = timeout
         self.description = f"Kafka {brokers} topic {topic}"
         ensure_topic(brokers, topic, compact=True, timeout=timeout)
-        self._producer = Producer({
-            "bootstrap.servers": brokers,
-            "acks": "all",
-            "enable.idempotence": True,
-            "message.timeout.ms": int(timeout * 1000),
-        })
+        self._producer = Producer(
+            {
+                "bootstrap.servers": brokers,
+                "acks": "all",
+                "enable.idempotence": True,
+                "message.timeout.ms": int(timeout * 1000),
+            }
+        )
 
     def publish(self, key: str, config: CongestionConfig) -> None:
         from confluent_kafka import KafkaError, KafkaException
@@ -158,8 +160,9 @@ class KafkaConfigSink:
                 errors.append(str(err))
 
         try:
-            self._producer.produce(self.topic, key=key.encode(),
-                                   value=config.SerializeToString(deterministic=True), on_delivery=delivered)
+            self._producer.produce(
+                self.topic, key=key.encode(), value=config.SerializeToString(deterministic=True), on_delivery=delivered
+            )
         except (KafkaException, BufferError) as exc:
             raise PublishError(f"cannot queue config for {key} on {self.topic}: {exc}") from exc
         remaining = self._producer.flush(self.timeout)

@@ -58,8 +58,15 @@ POP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 BUILTIN_DENY: tuple[IPNetwork, ...] = tuple(
     ipaddress.ip_network(n)
     for n in (
-        "0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240.0.0.0/4",
-        "::/127", "::ffff:0:0/96", "fe80::/10", "ff00::/8",
+        "0.0.0.0/8",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+        "::/127",
+        "::ffff:0:0/96",
+        "fe80::/10",
+        "ff00::/8",
     )
 )
 
@@ -119,8 +126,7 @@ def _overlapping(net: IPNetwork, ranges: Sequence[IPNetwork]) -> IPNetwork | Non
     return None
 
 
-def _check_prefix(entry: PrefixEntry, policy: ValidationPolicy, deny: Sequence[IPNetwork],
-                  reasons: _Reasons) -> None:
+def _check_prefix(entry: PrefixEntry, policy: ValidationPolicy, deny: Sequence[IPNetwork], reasons: _Reasons) -> None:
     text = entry.prefix
     try:
         net = ipaddress.ip_network(text, strict=True)
@@ -169,8 +175,9 @@ def validate(
     if not POP_NAME.match(config.pop):
         reasons.add("bad_pop", f"POP name {config.pop!r} must match {POP_NAME.pattern}")
     if config.version <= last_version:
-        reasons.add("version_not_increasing",
-                    f"version {config.version} is not above the last published {last_version}")
+        reasons.add(
+            "version_not_increasing", f"version {config.version} is not above the last published {last_version}"
+        )
     if config.kill_switch and len(config.entries):
         reasons.add("kill_switch_with_entries", f"kill-switch config has {len(config.entries)} entries")
 
@@ -189,13 +196,16 @@ def validate(
     algorithms = Counter(e.algorithm for e in config.entries)
     for algorithm, n in sorted(algorithms.items()):
         if algorithm not in policy.allowed_algorithms:
-            reasons.add("algorithm_not_allowed",
-                        f"{algorithm!r} ({n} prefixes) is not in the allowed set "
-                        f"{sorted(policy.allowed_algorithms)}")
+            reasons.add(
+                "algorithm_not_allowed",
+                f"{algorithm!r} ({n} prefixes) is not in the allowed set {sorted(policy.allowed_algorithms)}",
+            )
         elif available is not None and algorithm not in available:
-            reasons.add("algorithm_not_available",
-                        f"{algorithm!r} ({n} prefixes) is not available on every agent of the POP "
-                        f"(all have {sorted(available)})")
+            reasons.add(
+                "algorithm_not_available",
+                f"{algorithm!r} ({n} prefixes) is not available on every agent of the POP "
+                f"(all have {sorted(available)})",
+            )
 
     if len(counts) > policy.max_per_pop:
         reasons.add("over_cap", f"{len(counts)} prefixes exceed the per-POP cap {policy.max_per_pop}")
@@ -204,8 +214,10 @@ def validate(
         diff = diff_entries(previous, config.entries)
         limit = policy.change_limit(len({e.prefix for e in previous}))
         if diff.total > limit:
-            reasons.add("change_too_large",
-                        f"{diff.total} changes ({diff.summary()}) exceed the limit {limit} "
-                        f"({policy.max_change_fraction:g} x max({len(previous)} previous, "
-                        f"floor {policy.change_floor}))")
+            reasons.add(
+                "change_too_large",
+                f"{diff.total} changes ({diff.summary()}) exceed the limit {limit} "
+                f"({policy.max_change_fraction:g} x max({len(previous)} previous, "
+                f"floor {policy.change_floor}))",
+            )
     return reasons.render()

@@ -36,11 +36,15 @@ log = logging.getLogger("dyncc.control")
 def _add_common(parser: argparse.ArgumentParser, suppress: bool) -> None:
     default: Any = argparse.SUPPRESS if suppress else None
     parser.add_argument(
-        "--clickhouse", metavar="URL", default=default,
+        "--clickhouse",
+        metavar="URL",
+        default=default,
         help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir",
     )
     parser.add_argument(
-        "--at", metavar="TIME", default=default,
+        "--at",
+        metavar="TIME",
+        default=default,
         help="score as of this UTC time (ISO 8601) instead of now (--once / explain)",
     )
 
@@ -57,10 +61,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("scoring definitions")
     g.add_argument("--bucket", default="5m", help="bucket length; not 5m reads raw tcpinfo (lab clock)")
     g.add_argument("--lookback", default="3h", help="scoring window (default 3h = 36 buckets)")
-    g.add_argument("--min-bytes", type=int, default=102_400,
-                   help="a flow qualifies when bytes_acked > this (not 102400 reads raw tcpinfo)")
-    g.add_argument("--min-bucket-samples", type=int, default=5,
-                   help="qualifying samples for a prefix to count in a bucket (scoring's min_samples)")
+    g.add_argument(
+        "--min-bytes",
+        type=int,
+        default=102_400,
+        help="a flow qualifies when bytes_acked > this (not 102400 reads raw tcpinfo)",
+    )
+    g.add_argument(
+        "--min-bucket-samples",
+        type=int,
+        default=5,
+        help="qualifying samples for a prefix to count in a bucket (scoring's min_samples)",
+    )
     g.add_argument("--threshold-quantile", type=float, default=0.2, help="per-bucket bad threshold quantile")
     g.add_argument("--min-buckets", type=int, default=12, help="counted buckets needed to be scored")
     g.add_argument("--min-duty", type=float, default=0.6)
@@ -139,9 +151,12 @@ class Metrics:
         r = self.registry
         self.rounds = Counter("dyncc_control_rounds", "controller rounds", ["result"], registry=r)
         self.duration = Histogram(
-            "dyncc_control_round_duration_seconds", "round duration",
-            buckets=(0.5, 1, 2, 5, 10, 30, 60, 120), registry=r,
+            "dyncc_control_round_duration_seconds",
+            "round duration",
+            buckets=(0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=r,
         )
+
         def per_pop(name: str, doc: str) -> Gauge:
             return Gauge(name, doc, ["pop"], registry=r)
 
@@ -206,8 +221,12 @@ class Controller:
 
         try:
             result = run_round(
-                self.store, self.cfg, now or dt.datetime.now(dt.UTC), pop=self.args.pop,
-                dry_run=self.args.dry_run, expire_seconds=self.expire_seconds,
+                self.store,
+                self.cfg,
+                now or dt.datetime.now(dt.UTC),
+                pop=self.args.pop,
+                dry_run=self.args.dry_run,
+                expire_seconds=self.expire_seconds,
             )
         except StoreError as exc:
             self.metrics.rounds.labels("error").inc()
@@ -256,9 +275,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         for table in ("selections", "scoring_buckets", "tcpinfo_5m"):
             if not int(store.query_rows(f"EXISTS TABLE {table}")[0][0]):
-                raise ConfigError(
-                    f"table {table} missing in {store.url.redacted()}: run 'dyncc schema apply' first"
-                )
+                raise ConfigError(f"table {table} missing in {store.url.redacted()}: run 'dyncc schema apply' first")
         if action == "explain":
             from controller.explain import explain
 

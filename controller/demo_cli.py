@@ -93,8 +93,13 @@ def _replay_into(recording: Path, workdir: Path, database: str) -> tuple[Any, An
     if not records:
         raise ConfigError(f"recording {recording} holds no telemetry")
     store = open_lab_store(_chdb_url(workdir, database))
-    scoring = lab_scoring_config(300, int(meta["lookback_buckets"]), int(meta["min_buckets"]),
-                                 float(meta["threshold_quantile"]), float(meta.get("holdout_fraction", 0.0)))
+    scoring = lab_scoring_config(
+        300,
+        int(meta["lookback_buckets"]),
+        int(meta["min_buckets"]),
+        float(meta["threshold_quantile"]),
+        float(meta.get("holdout_fraction", 0.0)),
+    )
     control = LabControl(store, pop=str(meta.get("pop", "lab")), scoring=scoring, workdir=workdir / database)
     result = replay(store, records, meta, control)
     return store, result, meta
@@ -111,16 +116,18 @@ def replay_summary(result: Any, meta: dict[str, Any]) -> str:
         for prefix, cc in by_prefix.items():
             (routed_cc if prefix in set(configured) else other_cc).update(cc)
     share = lambda c: (  # noqa: E731
-        f"{sum(n for k, n in c.items() if k.startswith('bbr'))}/{sum(c.values())}" if c else "none")
-    return "\n".join([
-        f"replayed {result.batches} batches ({result.rows} socket samples) as "
-        f"{result.dilation.buckets} five-minute rounds",
-        "selected for bbr: " + (", ".join(f"{p} ({profiles.get(p, '?')})" for p in selected) or "none"),
-        "in the published config: " + (", ".join(configured) or "none")
-        + " (replay: no edge routes are touched)",
-        f"bbr on new sockets (as recorded in the lab): selected prefixes {share(routed_cc)}, "
-        f"others {share(other_cc)}",
-    ])
+        f"{sum(n for k, n in c.items() if k.startswith('bbr'))}/{sum(c.values())}" if c else "none"
+    )
+    return "\n".join(
+        [
+            f"replayed {result.batches} batches ({result.rows} socket samples) as "
+            f"{result.dilation.buckets} five-minute rounds",
+            "selected for bbr: " + (", ".join(f"{p} ({profiles.get(p, '?')})" for p in selected) or "none"),
+            "in the published config: " + (", ".join(configured) or "none") + " (replay: no edge routes are touched)",
+            f"bbr on new sockets (as recorded in the lab): selected prefixes {share(routed_cc)}, "
+            f"others {share(other_cc)}",
+        ]
+    )
 
 
 def _report(store: Any, report_path: Path) -> str:
@@ -147,10 +154,14 @@ def _live_demo(args: argparse.Namespace, workdir: Path, report_path: Path) -> in
         raise ConfigError("--duration must cover at least 3 rounds")
     recording = workdir / "lab-telemetry.bin.gz"
     rounds = int(duration // args.round_seconds)
-    opts = LabOptions(round_seconds=args.round_seconds, rounds=rounds, lookback_buckets=8,
-                      min_buckets=min(4, max(rounds // 3, 1)), record=recording)
-    print(f"dyncc demo: live lab, {rounds} rounds of {args.round_seconds}s (each stands in for 5 minutes)",
-          flush=True)
+    opts = LabOptions(
+        round_seconds=args.round_seconds,
+        rounds=rounds,
+        lookback_buckets=8,
+        min_buckets=min(4, max(rounds // 3, 1)),
+        record=recording,
+    )
+    print(f"dyncc demo: live lab, {rounds} rounds of {args.round_seconds}s (each stands in for 5 minutes)", flush=True)
     summary = run_lab(opts, _chdb_url(workdir, "dyncc_lab"), workdir / "lab", StopFlag(), out=sys.stdout)
     print(summary.summary_text())
     if summary.result.stopped_by or not summary.result.rounds:

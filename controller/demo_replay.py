@@ -34,10 +34,10 @@ DEFAULT_RECORDING = Path(__file__).resolve().parent.parent / "demo" / "lab-telem
 class Dilation:
     """t' = anchor_s + (t - origin_s) * factor, for times in seconds."""
 
-    origin_s: int      # first lab bucket boundary (lab clock)
-    anchor_s: int      # where it lands (a 5-minute boundary)
+    origin_s: int  # first lab bucket boundary (lab clock)
+    anchor_s: int  # where it lands (a 5-minute boundary)
     round_seconds: int
-    buckets: int       # lab buckets covered
+    buckets: int  # lab buckets covered
 
     @property
     def factor(self) -> float:
@@ -75,7 +75,7 @@ class ReplayResult:
     dilation: Dilation
     rows: int
     batches: int
-    rounds: list[Any] = field(default_factory=list)   # per round: ControlOutcome
+    rounds: list[Any] = field(default_factory=list)  # per round: ControlOutcome
     new_sockets: dict[int, dict[str, Any]] = field(default_factory=dict)  # bucket index -> prefix -> cc
 
 
@@ -89,8 +89,9 @@ def split_by_bucket(records: Sequence[bytes], d: Dilation) -> list[list[bytes]]:
     return groups
 
 
-def replay(store: Any, records: Sequence[bytes], meta: dict[str, Any], control: Any,
-           now: dt.datetime | None = None) -> ReplayResult:
+def replay(
+    store: Any, records: Sequence[bytes], meta: dict[str, Any], control: Any, now: dt.datetime | None = None
+) -> ReplayResult:
     """Load the recording bucket by bucket, running a control round at each bucket's end."""
     from controller.ingest_writer import BatchWriter
 
@@ -107,6 +108,11 @@ def replay(store: Any, records: Sequence[bytes], meta: dict[str, Any], control: 
             tracker.observe([r])
         result.new_sockets[k] = tracker.take()
         result.rounds.append(control.round(dt.datetime.fromtimestamp(end_s, dt.UTC), k + 1))
-    log.info("replayed %d batches (%d rows) over %d five-minute buckets ending %s", result.batches,
-             result.rows, d.buckets, dt.datetime.fromtimestamp(d.boundaries()[-1], dt.UTC))
+    log.info(
+        "replayed %d batches (%d rows) over %d five-minute buckets ending %s",
+        result.batches,
+        result.rows,
+        d.buckets,
+        dt.datetime.fromtimestamp(d.boundaries()[-1], dt.UTC),
+    )
     return result

@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class DesiredEntry:
-    prefix: str                 # canonical CIDR: 198.51.100.0/24, 2001:db8:0:100::/56
-    algorithm: str              # "bbr" (or another allowed algorithm)
+    prefix: str  # canonical CIDR: 198.51.100.0/24, 2001:db8:0:100::/56
+    algorithm: str  # "bbr" (or another allowed algorithm)
     duty_cycle: float
     flap_ratio: float
     median_delivery_rate: float  # bytes/s
     median_min_rtt_ms: float
-    reason: str                 # "select" / "keep" ... and why, for people
+    reason: str  # "select" / "keep" ... and why, for people
 
 
 @dataclass

@@ -26,9 +26,7 @@ def _rate(bytes_per_s: Any) -> str:
     return "-" if not math.isfinite(value) else f"{value * 8 / 1e6:9.2f} Mbit/s"
 
 
-def format_timeline(
-    timeline: pd.DataFrame, start: dt.datetime, buckets: int, bucket_seconds: int
-) -> list[str]:
+def format_timeline(timeline: pd.DataFrame, start: dt.datetime, buckets: int, bucket_seconds: int) -> list[str]:
     """One line per bucket of the window; buckets without data say so."""
     by_bucket: dict[int, dict[Any, Any]] = {}
     for record in timeline.to_dict("records"):

@@ -105,9 +105,7 @@ def run(args: argparse.Namespace) -> int:
                 drain=args.drain,
                 backoff_max=backoff_max,
             )
-            log.info(
-                "ingest %s topic %s group %s -> %s", args.kafka, args.topic, args.group, store.url.redacted()
-            )
+            log.info("ingest %s topic %s group %s -> %s", args.kafka, args.topic, args.group, store.url.redacted())
             stop = StopFlag()
             with stop.installed():
                 return KafkaLoader(writer, cfg, stop).run()

@@ -137,9 +137,7 @@ def prefix_column(prefix16: np.ndarray, plen: np.ndarray) -> StrColumn:
     if not (
         np.array_equal(prefix16[first][inverse], prefix16) and np.array_equal(plen[first][inverse], plen)
     ):  # hash collision (practically never): exact but slower path
-        rows = np.concatenate(
-            [np.ascontiguousarray(prefix16, dtype=np.uint8), lens.astype(np.uint8)[:, None]], 1
-        )
+        rows = np.concatenate([np.ascontiguousarray(prefix16, dtype=np.uint8), lens.astype(np.uint8)[:, None]], 1)
         _, first, inverse = np.unique(rows.view("S17").ravel(), return_index=True, return_inverse=True)
     raw = np.ascontiguousarray(prefix16[first], dtype=np.uint8)
     values = [format_prefix(raw[i].tobytes(), int(plen[first[i]])) for i in range(len(first))]

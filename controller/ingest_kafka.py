@@ -279,9 +279,7 @@ class KafkaLoader:
             try:
                 result = self.writer.flush(items)
             except StoreError as exc:
-                log.warning(
-                    "store unavailable; %d messages left uncommitted for redelivery: %s", len(items), exc
-                )
+                log.warning("store unavailable; %d messages left uncommitted for redelivery: %s", len(items), exc)
                 return
             self._clear()
             self._committed(items, result)
@@ -336,9 +334,7 @@ class KafkaLoader:
             pos = tp.offset
             if pos < 0:
                 if committed is None:
-                    committed = {
-                        (x.topic, x.partition): x.offset for x in c.committed(assignment, timeout=5.0)
-                    }
+                    committed = {(x.topic, x.partition): x.offset for x in c.committed(assignment, timeout=5.0)}
                 pos = committed.get((tp.topic, tp.partition), -1)
                 if pos < 0:
                     pos = low

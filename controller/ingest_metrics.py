@@ -16,12 +16,8 @@ class IngestMetrics:
             "Batches skipped because the ledger already had them",
             registry=r,
         )
-        self.dead_letters = Counter(
-            "dyncc_ingest_dead_letters", "Messages sent to ingest_dead_letter", registry=r
-        )
-        self.retries = Counter(
-            "dyncc_ingest_retries", "Flush attempts that failed and were retried", registry=r
-        )
+        self.dead_letters = Counter("dyncc_ingest_dead_letters", "Messages sent to ingest_dead_letter", registry=r)
+        self.retries = Counter("dyncc_ingest_retries", "Flush attempts that failed and were retried", registry=r)
         self.gaps = Counter("dyncc_ingest_sequence_gaps", "Per-host sequence gaps detected", registry=r)
         self.missing = Counter(
             "dyncc_ingest_missing_batches", "Batches missing inside detected sequence gaps", registry=r
@@ -38,6 +34,4 @@ class IngestMetrics:
             ["topic", "partition"],
             registry=r,
         )
-        self.paused = Gauge(
-            "dyncc_ingest_paused", "1 while consumption is paused (store unavailable)", registry=r
-        )
+        self.paused = Gauge("dyncc_ingest_paused", "1 while consumption is paused (store unavailable)", registry=r)

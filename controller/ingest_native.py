@@ -150,9 +150,7 @@ class NativeInsertClient(Client):
             self.execute("SELECT 1")
         return int(self.connection.server_info.used_revision)
 
-    def send_data(
-        self, sample_block: Any, data: Any, types_check: bool = False, columnar: bool = False
-    ) -> int:
+    def send_data(self, sample_block: Any, data: Any, types_check: bool = False, columnar: bool = False) -> int:
         if isinstance(data, list) and len(data) == 1 and isinstance(data[0], NativeBlock):
             block: NativeBlock = data[0]
             if dict(sample_block.columns_with_types) != block.types or self.connection.compression:

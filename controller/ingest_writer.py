@@ -273,8 +273,7 @@ class BatchWriter:
         )
         hosts = ", ".join(sql_params.quote(h) for h in {h for h, _ in ranges})
         rows = self.store.query_rows(
-            "SELECT DISTINCT host, run_id, sequence FROM ingest_batches "
-            f"WHERE host IN ({hosts}) AND ({conds})"
+            f"SELECT DISTINCT host, run_id, sequence FROM ingest_batches WHERE host IN ({hosts}) AND ({conds})"
         )
         found = {(str(h), int(r), int(s)) for h, r, s in rows}
         return found & set(identities)
@@ -282,8 +281,7 @@ class BatchWriter:
     def _ledger_max(self, keys: set[Key]) -> dict[Key, int]:
         hosts = ", ".join(sql_params.quote(h) for h in {h for h, _ in keys})
         rows = self.store.query_rows(
-            "SELECT host, run_id, max(sequence) FROM ingest_batches "
-            f"WHERE host IN ({hosts}) GROUP BY host, run_id"
+            f"SELECT host, run_id, max(sequence) FROM ingest_batches WHERE host IN ({hosts}) GROUP BY host, run_id"
         )
         out = {(str(h), int(r)): int(s) for h, r, s in rows}
         return {k: v for k, v in out.items() if k in keys}
@@ -326,9 +324,7 @@ class BatchWriter:
             "ingest_batches",
             {
                 "inserted_at": np.full(n, _now(), dtype=np.uint32),
-                "batch_time": np.array(
-                    [b.header.poll_start_ns // 1_000_000_000 for b in batches], dtype=np.uint32
-                ),
+                "batch_time": np.array([b.header.poll_start_ns // 1_000_000_000 for b in batches], dtype=np.uint32),
                 "host": np.array([b.header.host for b in batches], dtype=object),
                 "run_id": np.array([b.header.run_id for b in batches], dtype=np.uint64),
                 "sequence": np.array([b.header.sequence for b in batches], dtype=np.uint64),

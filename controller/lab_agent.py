@@ -42,8 +42,12 @@ class LabAgent:
         self.store = store
         self.pop = pop
         self.agent = Agent(
-            pop=pop, host=host, netns=edge_ns, public_key=load_public_key(public_key),
-            state=AgentState(state_dir, pop).load(), table=RouteTable(edge_ns, proto=LAB_PROTO),
+            pop=pop,
+            host=host,
+            netns=edge_ns,
+            public_key=load_public_key(public_key),
+            state=AgentState(state_dir, pop).load(),
+            table=RouteTable(edge_ns, proto=LAB_PROTO),
             metrics=AgentMetrics(),
         )
         self.seen_files: dict[Path, int] = {}

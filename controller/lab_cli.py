@@ -32,29 +32,48 @@ log = logging.getLogger("dyncc.lab")
 
 def configure(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
-    a("--round-seconds", type=int, default=20,
-      help="wall seconds per round = per scoring bucket (a 5-minute round, accelerated; default 20)")
+    a(
+        "--round-seconds",
+        type=int,
+        default=20,
+        help="wall seconds per round = per scoring bucket (a 5-minute round, accelerated; default 20)",
+    )
     a("--rounds", type=int, default=0, help="stop after N rounds")
     a("--duration", default="", help="stop after this long (e.g. 3m); default: --rounds, else until Ctrl-C")
     a("--poll-interval", default="500ms", help="collector poll interval (default 500ms)")
     a("--lookback-buckets", type=int, default=12, help="scoring lookback in rounds (default 12)")
-    a("--min-buckets", type=int, default=4,
-      help="counted rounds needed before a prefix is scored (default 4)")
+    a("--min-buckets", type=int, default=4, help="counted rounds needed before a prefix is scored (default 4)")
     a("--slow", type=int, default=2, help="client prefixes that are always shaped (default 2)")
     a("--alternating", type=int, default=2, help="client prefixes shaped every other round (default 2)")
     a("--fine", type=int, default=4, help="client prefixes never shaped (default 4)")
     a("--rate", default="4mbit", help="tbf rate of a shaped link (default 4mbit)")
-    a("--threshold-quantile", type=float, default=None,
-      help="scoring threshold quantile (default: just above the share of shaped prefixes)")
-    a("--holdout", type=float, default=0.0,
-      help="holdout fraction (default 0: every selected prefix is treated)")
-    a("--store", default="", metavar="URL",
-      help="clickhouse://user:pass@host:port/db or chdb:///dir (default: chDB in --store-dir)")
+    a(
+        "--threshold-quantile",
+        type=float,
+        default=None,
+        help="scoring threshold quantile (default: just above the share of shaped prefixes)",
+    )
+    a("--holdout", type=float, default=0.0, help="holdout fraction (default 0: every selected prefix is treated)")
+    a(
+        "--store",
+        default="",
+        metavar="URL",
+        help="clickhouse://user:pass@host:port/db or chdb:///dir (default: chDB in --store-dir)",
+    )
     a("--store-dir", type=Path, default=None, help="chDB directory (default: a new temp dir)")
-    a("--kafka", default=None, metavar="BROKERS",
-      help="route telemetry and configs through this Kafka (collector sink -> ingest; publisher -> agent)")
-    a("--record", type=Path, default=None, metavar="PATH",
-      help="also record the telemetry (gzip, length-delimited TcpInfoBatch) for `dyncc demo` replays")
+    a(
+        "--kafka",
+        default=None,
+        metavar="BROKERS",
+        help="route telemetry and configs through this Kafka (collector sink -> ingest; publisher -> agent)",
+    )
+    a(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="also record the telemetry (gzip, length-delimited TcpInfoBatch) for `dyncc demo` replays",
+    )
     a("--pop", default="lab", help="POP name of the lab edge (default lab)")
     a("--run-id", default="", help="namespace suffix (default: random 4 hex digits)")
     a("--cleanup", action="store_true", help="remove leftover dlab-* namespaces and exit")
@@ -76,8 +95,9 @@ def cleanup() -> int:
     require_lab_host()
     names = lab_topology.lab_namespaces()
     left = lab_topology.destroy(names)
-    print(f"removed {len(names) - len(left)} lab namespaces" + (f"; could not remove: {' '.join(left)}"
-                                                               if left else ""))
+    print(
+        f"removed {len(names) - len(left)} lab namespaces" + (f"; could not remove: {' '.join(left)}" if left else "")
+    )
     return 1 if left else 0
 
 
@@ -109,11 +129,22 @@ def options_from_args(args: argparse.Namespace) -> LabOptions:
         raise ConfigError("--run-id: 1-8 letters or digits")
     extra = {"run_id": run_id} if run_id else {}
     return LabOptions(
-        round_seconds=args.round_seconds, rounds=args.rounds, duration=duration, poll_interval=poll,
-        lookback_buckets=args.lookback_buckets, min_buckets=args.min_buckets, slow=args.slow,
-        alternating=args.alternating, fine=args.fine, pop=args.pop, kafka=args.kafka, record=args.record,
-        threshold_quantile=args.threshold_quantile, holdout_fraction=args.holdout,
-        shaping=Shaping(rate=args.rate), **extra,
+        round_seconds=args.round_seconds,
+        rounds=args.rounds,
+        duration=duration,
+        poll_interval=poll,
+        lookback_buckets=args.lookback_buckets,
+        min_buckets=args.min_buckets,
+        slow=args.slow,
+        alternating=args.alternating,
+        fine=args.fine,
+        pop=args.pop,
+        kafka=args.kafka,
+        record=args.record,
+        threshold_quantile=args.threshold_quantile,
+        holdout_fraction=args.holdout,
+        shaping=Shaping(rate=args.rate),
+        **extra,
     )
 
 

@@ -30,7 +30,10 @@ DAY_BUCKETS = 24 * 3600 // ROLLUP_BUCKET_SECONDS  # hold / cooldown of one day, 
 
 
 def lab_scoring_config(
-    bucket_seconds: int, lookback_buckets: int, min_buckets: int, threshold_quantile: float,
+    bucket_seconds: int,
+    lookback_buckets: int,
+    min_buckets: int,
+    threshold_quantile: float,
     holdout_fraction: float,
 ) -> ScoringConfig:
     lookback = bucket_seconds * lookback_buckets
@@ -51,8 +54,6 @@ EXPIRE_BUCKETS = 7 * DAY_BUCKETS  # scoring's 7-day expiry, in buckets
 
 class RoundFailed(Exception):
     """A scoring/publish round failed (store error); the lab goes on with the next round."""
-
-
 
 
 class LabControl:
@@ -110,8 +111,13 @@ class LabControl:
         from controller.store import StoreError
 
         try:
-            res = run_round(self.store, self.scoring, now=round_time, pop=self.pop,
-                            expire_seconds=EXPIRE_BUCKETS * self.scoring.bucket_seconds)
+            res = run_round(
+                self.store,
+                self.scoring,
+                now=round_time,
+                pop=self.pop,
+                expire_seconds=EXPIRE_BUCKETS * self.scoring.bucket_seconds,
+            )
             args = self.publish_args()
             # Config versions carry the round's time (a replay runs rounds on a shifted clock).
             round_ns = int(round_time.timestamp() * 1e9)
@@ -121,8 +127,9 @@ class LabControl:
             log.error("round at %s failed: %s", round_time, exc)
             raise RoundFailed(str(exc)) from exc
         return {
-            str(r["prefix"]): PrefixScore(int(r["counted_buckets"]), float(r["duty_cycle"]),
-                                          float(r["flap_ratio"]), str(r["decision"]))
+            str(r["prefix"]): PrefixScore(
+                int(r["counted_buckets"]), float(r["duty_cycle"]), float(r["flap_ratio"]), str(r["decision"])
+            )
             for r in res.decisions.to_dict("records")
         }
 
@@ -141,8 +148,11 @@ class LabControl:
             status_group=f"{self.config_topic}-controller",
             private_key=self.private_key,
             staging="off",
-            soak=scaled(600), wave_timeout=scaled(900), baseline=scaled(900),
-            host_expiry=scaled(3600), holddown=scaled(3600),
+            soak=scaled(600),
+            wave_timeout=scaled(900),
+            baseline=scaled(900),
+            host_expiry=scaled(3600),
+            holddown=scaled(3600),
         )
 
     def _published_entries(self) -> dict[str, str]:
@@ -162,15 +172,29 @@ class LabControl:
 def make_control_factory(workdir: Path) -> Callable[[Store, Topology, LabOptions], LabControl]:
     def factory(store: Store, topo: Topology, opts: LabOptions) -> LabControl:
         q = opts.threshold_quantile if opts.threshold_quantile is not None else threshold_for(topo)
-        scoring = lab_scoring_config(opts.round_seconds, opts.lookback_buckets, opts.min_buckets, q,
-                                     opts.holdout_fraction)
+        scoring = lab_scoring_config(
+            opts.round_seconds, opts.lookback_buckets, opts.min_buckets, q, opts.holdout_fraction
+        )
         config_topic = f"dyncc-lab-{opts.run_id}-configs"
         status_topic = f"dyncc-lab-{opts.run_id}-status"
-        control = LabControl(store, pop=opts.pop, scoring=scoring, workdir=workdir, kafka=opts.kafka,
-                             config_topic=config_topic, status_topic=status_topic)
+        control = LabControl(
+            store,
+            pop=opts.pop,
+            scoring=scoring,
+            workdir=workdir,
+            kafka=opts.kafka,
+            config_topic=config_topic,
+            status_topic=status_topic,
+        )
         control.agent = LabAgent(
-            store, edge_ns=topo.edge_ns, pop=opts.pop, host=opts.host, public_key=control.public_key,
-            state_dir=workdir / "agent", kafka=opts.kafka, config_topic=config_topic,
+            store,
+            edge_ns=topo.edge_ns,
+            pop=opts.pop,
+            host=opts.host,
+            public_key=control.public_key,
+            state_dir=workdir / "agent",
+            kafka=opts.kafka,
+            config_topic=config_topic,
             status_topic=status_topic,
         )
         return control

@@ -35,8 +35,8 @@ log = logging.getLogger("dyncc.lab")
 @dataclass
 class LabOptions:
     round_seconds: int = 20
-    rounds: int = 0                 # 0: until `duration` (or stopped)
-    duration: float = 0.0           # seconds; 0 with rounds 0: until stopped
+    rounds: int = 0  # 0: until `duration` (or stopped)
+    duration: float = 0.0  # seconds; 0 with rounds 0: until stopped
     poll_interval: float = 0.5
     lookback_buckets: int = 12
     min_buckets: int = 4
@@ -83,7 +83,7 @@ class PrefixScore:
 @dataclass
 class ControlOutcome:
     scores: dict[str, PrefixScore]
-    routes: dict[str, str]          # owned route prefix -> congctl on the edge
+    routes: dict[str, str]  # owned route prefix -> congctl on the edge
     note: str = ""
 
 
@@ -135,16 +135,18 @@ def round_rows(
     rows = []
     for c in topo.clients:
         s = outcome.scores.get(c.prefix)
-        rows.append(lab_table.PrefixRow(
-            prefix=c.prefix,
-            shaping=_shaping_label(c, round_no),
-            counted_buckets=s.counted_buckets if s else None,
-            duty_cycle=s.duty_cycle if s else None,
-            flap_ratio=s.flap_ratio if s else None,
-            decision=s.decision if s else "",
-            route=outcome.routes.get(c.prefix, ""),
-            new_sockets=dict(new.get(c.prefix, {})),
-        ))
+        rows.append(
+            lab_table.PrefixRow(
+                prefix=c.prefix,
+                shaping=_shaping_label(c, round_no),
+                counted_buckets=s.counted_buckets if s else None,
+                duty_cycle=s.duty_cycle if s else None,
+                flap_ratio=s.flap_ratio if s else None,
+                decision=s.decision if s else "",
+                route=outcome.routes.get(c.prefix, ""),
+                new_sockets=dict(new.get(c.prefix, {})),
+            )
+        )
     return rows
 
 
@@ -184,8 +186,13 @@ class Lab:
             for c in topo.clients:
                 traffic.start_client(c.ns, topo.edge_addr(c.family), topo.port, seed=c.index + 1)
             pipeline = TelemetryPipeline(
-                self.store, edge_ns=topo.edge_ns, host=opts.host, pop=opts.pop, kafka=opts.kafka,
-                topic=f"dyncc-lab-{opts.run_id}-tcpinfo", record=opts.record,
+                self.store,
+                edge_ns=topo.edge_ns,
+                host=opts.host,
+                pop=opts.pop,
+                kafka=opts.kafka,
+                topic=f"dyncc-lab-{opts.run_id}-tcpinfo",
+                record=opts.record,
             )
             control = self.make_control(self.store, topo, opts)
             meta = self._meta()
@@ -213,9 +220,13 @@ class Lab:
         o = self.opts
         return {
             "format": "dyncc-lab-recording-1",
-            "round_seconds": o.round_seconds, "lookback_buckets": o.lookback_buckets,
-            "min_buckets": o.min_buckets, "pop": o.pop, "host": o.host,
-            "threshold_quantile": o.threshold_quantile if o.threshold_quantile is not None
+            "round_seconds": o.round_seconds,
+            "lookback_buckets": o.lookback_buckets,
+            "min_buckets": o.min_buckets,
+            "pop": o.pop,
+            "host": o.host,
+            "threshold_quantile": o.threshold_quantile
+            if o.threshold_quantile is not None
             else threshold_for(self.topo),
             "holdout_fraction": o.holdout_fraction,
             "shaping": {"rate": o.shaping.rate, "burst": o.shaping.burst, "latency": o.shaping.latency},
@@ -223,7 +234,11 @@ class Lab:
         }
 
     def _loop(
-        self, stop: StopFlag, result: LabResult, traffic: TrafficProcs, pipeline: TelemetryPipeline,
+        self,
+        stop: StopFlag,
+        result: LabResult,
+        traffic: TrafficProcs,
+        pipeline: TelemetryPipeline,
         control: RoundControl,
     ) -> None:
         opts, topo = self.opts, self.topo
@@ -232,9 +247,14 @@ class Lab:
         started = time.monotonic()
         boundary = (int(time.time()) // rs + 1) * rs
         round_no = 0
-        log.info("lab %s running: %d prefixes, %ds rounds%s; first boundary in %.0fs", opts.run_id,
-                 len(topo.clients), rs, f", {planned} rounds" if planned else "",
-                 boundary - time.time())
+        log.info(
+            "lab %s running: %d prefixes, %ds rounds%s; first boundary in %.0fs",
+            opts.run_id,
+            len(topo.clients),
+            rs,
+            f", {planned} rounds" if planned else "",
+            boundary - time.time(),
+        )
         next_poll = time.monotonic()
         pipeline.new_sockets.take()
         while not stop.is_set():
@@ -249,9 +269,15 @@ class Lab:
                 routed = {p for p, cc in outcome.routes.items() if cc == "bbr"}
                 selected = sum(1 for s in outcome.scores.values() if s.decision in ("select", "keep"))
                 header = lab_table.RoundHeader(
-                    round_no, time.monotonic() - started, rs, selected, len(topo.clients),
-                    len(outcome.routes), lab_table.bbr_share(rows, True, routed),
-                    lab_table.bbr_share(rows, False, routed), outcome.note,
+                    round_no,
+                    time.monotonic() - started,
+                    rs,
+                    selected,
+                    len(topo.clients),
+                    len(outcome.routes),
+                    lab_table.bbr_share(rows, True, routed),
+                    lab_table.bbr_share(rows, False, routed),
+                    outcome.note,
                 )
                 for p, s in outcome.scores.items():
                     if s.decision == "select" and p not in result.first_selected:

@@ -51,10 +51,14 @@ class TelemetryPipeline:
     ) -> None:
         self.store = store
         self.host = host
-        self.poller = Poller(PollerConfig(
-            host=host, pop=pop, netns=(edge_ns,),
-            filters=FilterSpec(exclude=tuple(parse_networks(DEFAULT_EXCLUDES))),
-        ))
+        self.poller = Poller(
+            PollerConfig(
+                host=host,
+                pop=pop,
+                netns=(edge_ns,),
+                filters=FilterSpec(exclude=tuple(parse_networks(DEFAULT_EXCLUDES))),
+            )
+        )
         self.writer = BatchWriter(store, source="lab")
         self.new_sockets = NewSockets()
         self.recorder = Recorder(record) if record else None

@@ -25,17 +25,19 @@ log = logging.getLogger("dyncc.lab")
 @dataclass
 class LabSummary:
     result: LabResult
-    selected: list[str] = field(default_factory=list)      # decision select/keep in the last round
-    routes: dict[str, str] = field(default_factory=dict)   # owned routes at the end
-    bbr_routed: tuple[int, int] = (0, 0)                   # (bbr, total) new sockets, routed prefixes
+    selected: list[str] = field(default_factory=list)  # decision select/keep in the last round
+    routes: dict[str, str] = field(default_factory=dict)  # owned routes at the end
+    bbr_routed: tuple[int, int] = (0, 0)  # (bbr, total) new sockets, routed prefixes
     bbr_others: tuple[int, int] = (0, 0)
 
     def summary_text(self) -> str:
         r = self.result
         topo = r.topology
         profile = {c.prefix: c.profile for c in topo.clients}
-        lines = [f"lab {topo.run_id}: {len(r.rounds)} rounds, {r.polls} polls, {r.rows} socket samples"
-                 + (f", stopped by {r.stopped_by}" if r.stopped_by else "")]
+        lines = [
+            f"lab {topo.run_id}: {len(r.rounds)} rounds, {r.polls} polls, {r.rows} socket samples"
+            + (f", stopped by {r.stopped_by}" if r.stopped_by else "")
+        ]
         if self.selected:
             first = ", ".join(
                 f"{p} ({profile.get(p, '?')}, round {r.first_selected.get(p, '?')})" for p in self.selected
@@ -43,10 +45,13 @@ class LabSummary:
             lines.append(f"selected for bbr: {first}")
         else:
             lines.append("selected for bbr: none")
-        lines.append("routes on the edge (proto 250): " + (
-            ", ".join(f"{p} congctl {cc}" for p, cc in sorted(self.routes.items())) or "none"))
-        lines.append(f"bbr on new sockets: routed prefixes {_share(self.bbr_routed)}, "
-                     f"other prefixes {_share(self.bbr_others)}")
+        lines.append(
+            "routes on the edge (proto 250): "
+            + (", ".join(f"{p} congctl {cc}" for p, cc in sorted(self.routes.items())) or "none")
+        )
+        lines.append(
+            f"bbr on new sockets: routed prefixes {_share(self.bbr_routed)}, other prefixes {_share(self.bbr_others)}"
+        )
         lines.append("namespaces left: " + (" ".join(r.leftover_namespaces) or "none"))
         return "\n".join(lines)
 
@@ -86,9 +91,7 @@ def open_lab_store(url: str) -> Store:
     return store
 
 
-def run_lab(
-    opts: LabOptions, url: str, workdir: Path, stop: StopFlag, out: TextIO | None = None
-) -> LabSummary:
+def run_lab(opts: LabOptions, url: str, workdir: Path, stop: StopFlag, out: TextIO | None = None) -> LabSummary:
     """Open the store, run the lab with Ctrl-C/SIGTERM handling, and summarise."""
     from controller.lab_control import make_control_factory
 

@@ -1,9 +1,9 @@
 """The lab's live table: one row per client prefix per round (pure text rendering).
 
-    round 5  t=+100s  bucket 20s  selected 2/8  routes 2  bbr on new sockets: selected 100%, others 0%
-    prefix               shaping      buckets  duty  flap  decision  route  new sockets (cc)
-    198.51.100.0/24      slow               4  1.00  0.00  select    bbr    bbr 6
-    ...
+round 5  t=+100s  bucket 20s  selected 2/8  routes 2  bbr on new sockets: selected 100%, others 0%
+prefix               shaping      buckets  duty  flap  decision  route  new sockets (cc)
+198.51.100.0/24      slow               4  1.00  0.00  select    bbr    bbr 6
+...
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class PrefixRow:
     prefix: str
-    shaping: str                  # slow | alternating (slow now / fast now) | fine
-    counted_buckets: int | None   # None: not scored yet
+    shaping: str  # slow | alternating (slow now / fast now) | fine
+    counted_buckets: int | None  # None: not scored yet
     duty_cycle: float | None
     flap_ratio: float | None
-    decision: str                 # scoring decision, "" when not scored
-    route: str                    # congctl of the edge's owned route for the prefix, "" = none
+    decision: str  # scoring decision, "" when not scored
+    route: str  # congctl of the edge's owned route for the prefix, "" = none
     new_sockets: Mapping[str, int] = field(default_factory=dict)  # cc name -> new sockets this round
 
 
@@ -65,8 +65,16 @@ def format_cc(counts: Mapping[str, int]) -> str:
     return " ".join(f"{cc or '?'} {n}" for cc, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
-COLUMNS = (("prefix", 22), ("shaping", 12), ("buckets", 7), ("duty", 5), ("flap", 5),
-           ("decision", 10), ("route", 6), ("new sockets (cc)", 0))
+COLUMNS = (
+    ("prefix", 22),
+    ("shaping", 12),
+    ("buckets", 7),
+    ("duty", 5),
+    ("flap", 5),
+    ("decision", 10),
+    ("route", 6),
+    ("new sockets (cc)", 0),
+)
 
 
 def render(header: RoundHeader, rows: Sequence[PrefixRow]) -> str:

@@ -31,14 +31,14 @@ class NewSockets:
     """Congestion control of newly seen sockets, per prefix, since the last `take()`."""
 
     def __init__(self, max_tracked: int = 200_000) -> None:
-        self.seen: dict[int, int] = {}      # cookie -> poll number when first seen
+        self.seen: dict[int, int] = {}  # cookie -> poll number when first seen
         self.polls = 0
         self.max_tracked = max_tracked
         self.counts: dict[str, Counter[str]] = defaultdict(Counter)
         self.malformed = 0
 
     def observe(self, batches: Iterable[bytes]) -> None:
-        baseline = self.polls == 0   # sockets already open at the first poll are not "new"
+        baseline = self.polls == 0  # sockets already open at the first poll are not "new"
         self.polls += 1
         for data in batches:
             try:

@@ -40,7 +40,7 @@ PROFILES = ("slow", "alternating", "fine")
 EDGE_V4, ROUTER_V4, LINK_V4_LEN = "192.0.2.1", "192.0.2.2", 24
 EDGE_V6, ROUTER_V6, LINK_V6_LEN = "2001:db8:ff00::1", "2001:db8:ff00::2", 64
 LINK_V4_NET, LINK_V6_NET = "192.0.2.0/24", "2001:db8:ff00::/64"
-COVER_V4 = "default"            # isolated namespaces: nothing past the router
+COVER_V4 = "default"  # isolated namespaces: nothing past the router
 COVER_V6 = "2001:db8::/32"
 CLIENT_V4 = ("198.51.100.0/24", "203.0.113.0/24")  # the only spare documentation /24s
 
@@ -51,23 +51,23 @@ class TopologyError(Exception):
 
 @dataclass(frozen=True)
 class Shaping:
-    rate: str = "4mbit"      # tbf rate of a slow link
+    rate: str = "4mbit"  # tbf rate of a slow link
     burst: str = "16kb"
-    latency: str = "60ms"    # tbf queue limit expressed as delay
+    latency: str = "60ms"  # tbf queue limit expressed as delay
 
 
 @dataclass(frozen=True)
 class Client:
     index: int
     ns: str
-    prefix: str          # canonical CIDR the controller scores: x.y.z.0/24 or 2001:db8:0:N00::/56
-    family: int          # 4 or 6
-    addr: str            # the client host's address
-    gateway: str         # the router's address on this link
-    link_len: int        # prefix length of the router-client link
-    profile: str         # slow | alternating | fine
-    phase: int           # alternating: slow on rounds where round % 2 == phase
-    router_if: str       # the router's interface towards this client
+    prefix: str  # canonical CIDR the controller scores: x.y.z.0/24 or 2001:db8:0:N00::/56
+    family: int  # 4 or 6
+    addr: str  # the client host's address
+    gateway: str  # the router's address on this link
+    link_len: int  # prefix length of the router-client link
+    profile: str  # slow | alternating | fine
+    phase: int  # alternating: slow on rounds where round % 2 == phase
+    router_if: str  # the router's interface towards this client
 
     def slow_in_round(self, round_no: int) -> bool:
         if self.profile == "slow":
@@ -112,7 +112,12 @@ def _v6_prefix(n: int) -> tuple[str, str, str]:
 
 
 def describe(
-    run_id: str, slow: int = 2, alternating: int = 2, fine: int = 4, *, port: int = 8080,
+    run_id: str,
+    slow: int = 2,
+    alternating: int = 2,
+    fine: int = 4,
+    *,
+    port: int = 8080,
     shaping: Shaping | None = None,
 ) -> Topology:
     """The lab layout: the first slow and the first fine client get the two IPv4 /24s, the rest /56s."""
@@ -176,13 +181,12 @@ def build_commands(topo: Topology) -> list[Command]:
     cmds.append(_ns(rtr, "link", "set", "edge", "up"))
     # covering routes on the edge: cubic, so that bbr is the visible exception
     cmds.append(_ns(edge, "route", "add", COVER_V4, "via", ROUTER_V4, "dev", "eth0", "congctl", "cubic"))
-    cmds.append(_ns(edge, "-6", "route", "add", COVER_V6, "via", ROUTER_V6, "dev", "eth0",
-                    "congctl", "cubic"))
-    cmds.append(["ip", "netns", "exec", rtr, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1",
-                 "net.ipv6.conf.all.forwarding=1"])
+    cmds.append(_ns(edge, "-6", "route", "add", COVER_V6, "via", ROUTER_V6, "dev", "eth0", "congctl", "cubic"))
+    cmds.append(
+        ["ip", "netns", "exec", rtr, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1"]
+    )
     for c in topo.clients:
-        cmds.append(_ns(rtr, "link", "add", c.router_if, "type", "veth", "peer", "name", "eth0",
-                        "netns", c.ns))
+        cmds.append(_ns(rtr, "link", "add", c.router_if, "type", "veth", "peer", "name", "eth0", "netns", c.ns))
         v6 = ["-6"] if c.family == 6 else []
         nodad = ["nodad"] if c.family == 6 else []
         cmds.append(_ns(rtr, *v6, "addr", "add", f"{c.gateway}/{c.link_len}", "dev", c.router_if, *nodad))
@@ -202,11 +206,29 @@ def shaping_commands(topo: Topology, round_no: int) -> list[Command]:
         if c.profile == "fine":
             continue
         if c.slow_in_round(round_no):
-            cmds.append(["tc", "-n", topo.router_ns, "qdisc", "replace", "dev", c.router_if, "root",
-                         "tbf", "rate", s.rate, "burst", s.burst, "latency", s.latency])
+            cmds.append(
+                [
+                    "tc",
+                    "-n",
+                    topo.router_ns,
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    c.router_if,
+                    "root",
+                    "tbf",
+                    "rate",
+                    s.rate,
+                    "burst",
+                    s.burst,
+                    "latency",
+                    s.latency,
+                ]
+            )
         else:
-            cmds.append(["tc", "-n", topo.router_ns, "qdisc", "replace", "dev", c.router_if, "root",
-                         "pfifo", "limit", "1000"])
+            cmds.append(
+                ["tc", "-n", topo.router_ns, "qdisc", "replace", "dev", c.router_if, "root", "pfifo", "limit", "1000"]
+            )
     return cmds
 
 
@@ -234,8 +256,13 @@ def build(topo: Topology) -> None:
     except TopologyError:
         destroy(topo.namespaces)
         raise
-    log.info("lab %s: %d namespaces (edge %s, router, %d clients)", topo.run_id, len(topo.namespaces),
-             topo.edge_ns, len(topo.clients))
+    log.info(
+        "lab %s: %d namespaces (edge %s, router, %d clients)",
+        topo.run_id,
+        len(topo.namespaces),
+        topo.edge_ns,
+        len(topo.clients),
+    )
 
 
 def apply_shaping(topo: Topology, round_no: int) -> None:

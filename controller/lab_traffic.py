@@ -148,8 +148,11 @@ def client(server: str, port: int, seed: int) -> int:
     stats = ClientStats()
     with contextlib.suppress(KeyboardInterrupt):
         client_loop(server, port, seed, stop, stats)
-    print(f"client {server}: {stats.connections} connections, {stats.requests} requests, "
-          f"{stats.bytes} bytes, {stats.errors} errors", file=sys.stderr)
+    print(
+        f"client {server}: {stats.connections} connections, {stats.requests} requests, "
+        f"{stats.bytes} bytes, {stats.errors} errors",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -165,8 +168,14 @@ class TrafficProcs:
     def _spawn(self, ns: str, args: Sequence[str]) -> None:
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "controller.lab_traffic", *args]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True, env=env)
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
         self.procs.append(proc)
 
     def start_server(self, ns: str, port: int) -> None:

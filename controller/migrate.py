@@ -55,8 +55,7 @@ def apply_migrations(store: Store, available: list[Migration] | None = None) -> 
             store.execute(statement)
         store.execute(
             # INSERT ... SELECT: inline VALUES over the native protocol hang on ClickHouse 18.16
-            "INSERT INTO schema_migrations (version, name, applied_at) "
-            "SELECT %(version)s, %(name)s, now()",
+            "INSERT INTO schema_migrations (version, name, applied_at) SELECT %(version)s, %(name)s, now()",
             {"version": migration.version, "name": migration.name},
         )
         log.info("applied migration %03d_%s", migration.version, migration.name)

@@ -95,59 +95,124 @@ def add_publish_options(parser: argparse.ArgumentParser) -> None:
     """Publishing, validation and rollout options of `dyncc control` (defaults in DEFAULTS)."""
     g = parser.add_argument_group("publishing")
     g.add_argument("--kafka", metavar="BROKERS", help="publish configs to / read statuses from this Kafka")
-    g.add_argument("--publish-dir", type=Path, metavar="DIR",
-                   help="write signed configs as DIR/<pop>.cfg (and <pop>.canary.cfg) instead of Kafka")
-    g.add_argument("--key", dest="private_key", type=Path, metavar="PRIVATE_PEM",
-                   help="Ed25519 private key that signs configs ('dyncc control keygen')")
-    g.add_argument("--config-topic", default=DEFAULTS["config_topic"],
-                   help="compacted config topic (key = POP)")
+    g.add_argument(
+        "--publish-dir",
+        type=Path,
+        metavar="DIR",
+        help="write signed configs as DIR/<pop>.cfg (and <pop>.canary.cfg) instead of Kafka",
+    )
+    g.add_argument(
+        "--key",
+        dest="private_key",
+        type=Path,
+        metavar="PRIVATE_PEM",
+        help="Ed25519 private key that signs configs ('dyncc control keygen')",
+    )
+    g.add_argument("--config-topic", default=DEFAULTS["config_topic"], help="compacted config topic (key = POP)")
     g.add_argument("--status-topic", default=DEFAULTS["status_topic"], help="ApplyStatus topic (key = host)")
     g.add_argument("--status-group", default=DEFAULTS["status_group"], help="consumer group for statuses")
 
     v = parser.add_argument_group("validation (a rejected config is recorded and never published)")
-    v.add_argument("--deny", action="append", metavar="CIDR", default=[],
-                   help="never route inside/over this range (infrastructure, anycast, back office); "
-                   "repeatable")
+    v.add_argument(
+        "--deny",
+        action="append",
+        metavar="CIDR",
+        default=[],
+        help="never route inside/over this range (infrastructure, anycast, back office); repeatable",
+    )
     v.add_argument("--v4-length", type=int, default=DEFAULTS["v4_length"], help="IPv4 prefix length (24)")
     v.add_argument("--v6-length", type=int, default=DEFAULTS["v6_length"], help="IPv6 prefix length (56)")
-    v.add_argument("--max-per-pop", type=int, default=DEFAULTS["max_per_pop"],
-                   help="prefix cap per POP (5000)")
-    v.add_argument("--max-change-fraction", type=float, default=DEFAULTS["max_change_fraction"],
-                   help="max changes per round as a fraction of max(previous count, --change-floor) (0.5)")
-    v.add_argument("--change-floor", type=int, default=DEFAULTS["change_floor"],
-                   help="previous-count floor for the change limit (200: 100 changes from empty)")
-    v.add_argument("--allowed-algorithms", default=DEFAULTS["allowed_algorithms"],
-                   help="comma-separated congestion controls a config may name (bbr,cubic)")
+    v.add_argument("--max-per-pop", type=int, default=DEFAULTS["max_per_pop"], help="prefix cap per POP (5000)")
+    v.add_argument(
+        "--max-change-fraction",
+        type=float,
+        default=DEFAULTS["max_change_fraction"],
+        help="max changes per round as a fraction of max(previous count, --change-floor) (0.5)",
+    )
+    v.add_argument(
+        "--change-floor",
+        type=int,
+        default=DEFAULTS["change_floor"],
+        help="previous-count floor for the change limit (200: 100 changes from empty)",
+    )
+    v.add_argument(
+        "--allowed-algorithms",
+        default=DEFAULTS["allowed_algorithms"],
+        help="comma-separated congestion controls a config may name (bbr,cubic)",
+    )
     v.add_argument("--lock-cc", action="store_true", help="install RTAX_CC_ALGO locked")
 
     r = parser.add_argument_group("staged rollout")
-    r.add_argument("--staging", choices=["auto", "on", "off"], default="auto",
-                   help="canary first (auto: on with --kafka status reports, off with --publish-dir only)")
-    r.add_argument("--canary-hosts", action="append", default=[], metavar="POP:HOST,...",
-                   help="preferred canary hosts, used when known (from reports or --hosts); else a "
-                   "stable hash-chosen --canary-fraction of the known hosts")
-    r.add_argument("--canary-fraction", type=float, default=DEFAULTS["canary_fraction"],
-                   help="fraction of a POP's hosts in the canary wave (0.1, at least one host)")
-    r.add_argument("--hosts", action="append", default=[], metavar="POP:HOST,...",
-                   help="host inventory (hosts are also learnt from their status reports)")
-    r.add_argument("--inventory", type=Path, metavar="TOML",
-                   help='inventory file: [pops.<pop>] hosts = ["h1", ...], canary = ["h1"]')
+    r.add_argument(
+        "--staging",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="canary first (auto: on with --kafka status reports, off with --publish-dir only)",
+    )
+    r.add_argument(
+        "--canary-hosts",
+        action="append",
+        default=[],
+        metavar="POP:HOST,...",
+        help="preferred canary hosts, used when known (from reports or --hosts); else a "
+        "stable hash-chosen --canary-fraction of the known hosts",
+    )
+    r.add_argument(
+        "--canary-fraction",
+        type=float,
+        default=DEFAULTS["canary_fraction"],
+        help="fraction of a POP's hosts in the canary wave (0.1, at least one host)",
+    )
+    r.add_argument(
+        "--hosts",
+        action="append",
+        default=[],
+        metavar="POP:HOST,...",
+        help="host inventory (hosts are also learnt from their status reports)",
+    )
+    r.add_argument(
+        "--inventory",
+        type=Path,
+        metavar="TOML",
+        help='inventory file: [pops.<pop>] hosts = ["h1", ...], canary = ["h1"]',
+    )
     r.add_argument("--soak", default=DEFAULTS["soak"], help="canary soak time after the last apply (10m)")
-    r.add_argument("--wave-timeout", default=DEFAULTS["wave_timeout"],
-                   help="time for a wave's hosts to report (15m; canary: else rolled back)")
-    r.add_argument("--baseline", default=DEFAULTS["baseline"],
-                   help="delivery-rate baseline window before the canary (15m)")
-    r.add_argument("--min-mem-available", default=DEFAULTS["min_mem_available"],
-                   help="health gate: available memory per host (128M)")
+    r.add_argument(
+        "--wave-timeout",
+        default=DEFAULTS["wave_timeout"],
+        help="time for a wave's hosts to report (15m; canary: else rolled back)",
+    )
+    r.add_argument(
+        "--baseline", default=DEFAULTS["baseline"], help="delivery-rate baseline window before the canary (15m)"
+    )
+    r.add_argument(
+        "--min-mem-available",
+        default=DEFAULTS["min_mem_available"],
+        help="health gate: available memory per host (128M)",
+    )
     r.add_argument("--max-load", type=float, default=DEFAULTS["max_load"], help="health gate: load1 (64)")
-    r.add_argument("--max-p10-regression", type=float, default=DEFAULTS["max_p10_regression"],
-                   help="allowed fall of the canary's p10 delivery rate (0.15 = 15%%)")
-    r.add_argument("--min-samples", type=int, default=DEFAULTS["min_samples"],
-                   help="qualifying flow samples per window to judge the p10 (50)")
-    r.add_argument("--host-expiry", default=DEFAULTS["host_expiry"],
-                   help="a host that has not reported for this long is forgotten (1h)")
-    r.add_argument("--holddown", default=DEFAULTS["holddown"],
-                   help="do not retry a rolled-back desired state for this long unless it changes (1h)")
+    r.add_argument(
+        "--max-p10-regression",
+        type=float,
+        default=DEFAULTS["max_p10_regression"],
+        help="allowed fall of the canary's p10 delivery rate (0.15 = 15%%)",
+    )
+    r.add_argument(
+        "--min-samples",
+        type=int,
+        default=DEFAULTS["min_samples"],
+        help="qualifying flow samples per window to judge the p10 (50)",
+    )
+    r.add_argument(
+        "--host-expiry",
+        default=DEFAULTS["host_expiry"],
+        help="a host that has not reported for this long is forgotten (1h)",
+    )
+    r.add_argument(
+        "--holddown",
+        default=DEFAULTS["holddown"],
+        help="do not retry a rolled-back desired state for this long unless it changes (1h)",
+    )
 
 
 def parse_host_lists(values: Sequence[str], what: str) -> dict[str, list[str]]:
@@ -210,9 +275,15 @@ def validation_policy(args: argparse.Namespace) -> ValidationPolicy:
     v4, v6 = int(opt(args, "v4_length")), int(opt(args, "v6_length"))
     if not (1 <= v4 <= 31 and 1 <= v6 <= 127):
         raise ConfigError("--v4-length must be 1..31 and --v6-length 1..127 (no default or host routes)")
-    return ValidationPolicy(v4_length=v4, v6_length=v6, deny=deny, max_per_pop=int(opt(args, "max_per_pop")),
-                            max_change_fraction=fraction, change_floor=int(opt(args, "change_floor")),
-                            allowed_algorithms=allowed)
+    return ValidationPolicy(
+        v4_length=v4,
+        v6_length=v6,
+        deny=deny,
+        max_per_pop=int(opt(args, "max_per_pop")),
+        max_change_fraction=fraction,
+        change_floor=int(opt(args, "change_floor")),
+        allowed_algorithms=allowed,
+    )
 
 
 def rollout_settings(args: argparse.Namespace) -> RolloutSettings:
@@ -220,10 +291,13 @@ def rollout_settings(args: argparse.Namespace) -> RolloutSettings:
         return int(parse_duration(opt(args, name), f"--{name.replace('_', '-')}") * 1e9)
 
     thresholds = GateThresholds(
-        soak_ns=seconds_ns("soak"), wave_timeout_ns=seconds_ns("wave_timeout"),
+        soak_ns=seconds_ns("soak"),
+        wave_timeout_ns=seconds_ns("wave_timeout"),
         min_mem_available=parse_size(opt(args, "min_mem_available"), "--min-mem-available"),
-        max_load1=float(opt(args, "max_load")), max_p10_regression=float(opt(args, "max_p10_regression")),
-        min_samples=int(opt(args, "min_samples")), baseline_ns=seconds_ns("baseline"),
+        max_load1=float(opt(args, "max_load")),
+        max_p10_regression=float(opt(args, "max_p10_regression")),
+        min_samples=int(opt(args, "min_samples")),
+        baseline_ns=seconds_ns("baseline"),
     )
     hosts = parse_host_lists(opt(args, "hosts"), "--hosts")
     canary = parse_host_lists(opt(args, "canary_hosts"), "--canary-hosts")
@@ -235,8 +309,12 @@ def rollout_settings(args: argparse.Namespace) -> RolloutSettings:
     if not 0 < fraction <= 1:
         raise ConfigError(f"--canary-fraction {fraction} must be in (0, 1]")
     return RolloutSettings(
-        thresholds=thresholds, canary_fraction=fraction, canary_hosts=canary, inventory=hosts,
-        host_expiry_ns=seconds_ns("host_expiry"), holddown_ns=seconds_ns("holddown"),
+        thresholds=thresholds,
+        canary_fraction=fraction,
+        canary_hosts=canary,
+        inventory=hosts,
+        host_expiry_ns=seconds_ns("host_expiry"),
+        holddown_ns=seconds_ns("holddown"),
         staging=staging == "on" or (staging == "auto" and bool(opt(args, "kafka"))),
         lock=bool(opt(args, "lock_cc")),
     )
@@ -259,17 +337,27 @@ def publishing(args: argparse.Namespace) -> Publishing:
         raise ConfigError("--key PRIVATE_PEM is required to sign configs (create one: dyncc control keygen)")
     if not kafka and not publish_dir:
         raise ConfigError("nowhere to publish: give --kafka BROKERS or --publish-dir DIR")
-    cache_key = (kafka, str(publish_dir), str(key), opt(args, "config_topic"), opt(args, "status_topic"),
-                 opt(args, "status_group"))
+    cache_key = (
+        kafka,
+        str(publish_dir),
+        str(key),
+        opt(args, "config_topic"),
+        opt(args, "status_topic"),
+        opt(args, "status_group"),
+    )
     if cache_key not in _CACHE:
         signer = Signer.from_file(Path(key))
-        sink: ConfigSink = (DirConfigSink(Path(publish_dir)) if publish_dir
-                            else KafkaConfigSink(kafka, opt(args, "config_topic")))
-        status = (StatusIngestor(kafka, opt(args, "status_topic"), opt(args, "status_group"))
-                  if kafka else None)
+        sink: ConfigSink = (
+            DirConfigSink(Path(publish_dir)) if publish_dir else KafkaConfigSink(kafka, opt(args, "config_topic"))
+        )
+        status = StatusIngestor(kafka, opt(args, "status_topic"), opt(args, "status_group")) if kafka else None
         _CACHE[cache_key] = Publishing(sink, signer, status)
-        log.info("publishing configs to %s (key id %s)%s", sink.description, signer.key_id,
-                 f"; statuses from topic {opt(args, 'status_topic')}" if status else "")
+        log.info(
+            "publishing configs to %s (key id %s)%s",
+            sink.description,
+            signer.key_id,
+            f"; statuses from topic {opt(args, 'status_topic')}" if status else "",
+        )
     return _CACHE[cache_key]
 
 
@@ -290,8 +378,7 @@ def ingest_statuses(store: Store, args: argparse.Namespace) -> None:
         log.warning("apply statuses not read this round: %s", exc)
         return
     if result.read:
-        log.info("read %d apply statuses (%d stored, %d malformed)", result.read, result.inserted,
-                 result.malformed)
+        log.info("read %d apply statuses (%d stored, %d malformed)", result.read, result.inserted, result.malformed)
     _metrics(args).statuses(result.inserted, result.malformed)
 
 
@@ -301,14 +388,11 @@ class _Metrics:
     def __init__(self, registry: Any) -> None:
         from prometheus_client import Counter
 
-        self.published = Counter("dyncc_configs_published", "configs published", ["pop", "kind"],
-                                 registry=registry)
-        self.rejected = Counter("dyncc_configs_rejected", "configs rejected by validation", ["pop"],
-                                registry=registry)
+        self.published = Counter("dyncc_configs_published", "configs published", ["pop", "kind"], registry=registry)
+        self.rejected = Counter("dyncc_configs_rejected", "configs rejected by validation", ["pop"], registry=registry)
         self.rollbacks = Counter("dyncc_rollbacks", "automatic rollbacks", ["pop"], registry=registry)
         self.status_rows = Counter("dyncc_apply_statuses", "apply statuses stored", registry=registry)
-        self.status_bad = Counter("dyncc_apply_statuses_malformed", "malformed statuses skipped",
-                                  registry=registry)
+        self.status_bad = Counter("dyncc_apply_statuses_malformed", "malformed statuses skipped", registry=registry)
 
     def statuses(self, stored: int, malformed: int) -> None:
         self.status_rows.inc(stored)
@@ -349,8 +433,11 @@ def publish_round(store: Store, states: list[DesiredState], args: argparse.Names
         return
     ingest_statuses(store, args)
     desired = {s.pop: s for s in states}
-    in_flight = [pop for pop in rs.rollout_pops(store)
-                 if pop not in desired and rs.load_state(store, pop).phase in (CANARY, REST)]
+    in_flight = [
+        pop
+        for pop in rs.rollout_pops(store)
+        if pop not in desired and rs.load_state(store, pop).phase in (CANARY, REST)
+    ]
     metrics = _metrics(args)
     for pop in sorted(desired) + in_flight:
         engine.counters = StepCounters()
@@ -361,5 +448,4 @@ def publish_round(store: Store, states: list[DesiredState], args: argparse.Names
             continue
         finally:
             metrics.step(pop, engine.counters)
-        log.debug("%s: phase %s stable v%d wave v%d", pop, state.phase, state.stable_version,
-                  state.wave_version)
+        log.debug("%s: phase %s stable v%d wave v%d", pop, state.phase, state.stable_version, state.wave_version)

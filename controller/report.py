@@ -71,11 +71,14 @@ def _delivery_section(data: report_data.ReportData) -> Section:
     if svg is not None and data.configs.empty:
         notes.append("No published config version in the window (nothing to mark).")
     return Section(
-        "delivery", "Delivery rate per POP",
+        "delivery",
+        "Delivery rate per POP",
         "Low percentiles (p5, p10) and the median (p50, dashed) of TCP_INFO delivery rate for "
         f"flows larger than 100 KB, per {_per(data)}. Dashed vertical lines are published config "
         "versions: when BBR reaches the worst prefixes, p5/p10 should step up.",
-        svg, "No telemetry (tcpinfo_5m) for the report window.", notes=notes,
+        svg,
+        "No telemetry (tcpinfo_5m) for the report window.",
+        notes=notes,
     )
 
 
@@ -88,15 +91,19 @@ def _selections_section(data: report_data.ReportData) -> Section:
         rows = []
         for pop in sorted(sel["pop"].unique()):
             d = sel[sel["pop"] == pop].sort_values("time")
-            rows.append([pop, len(d), int(d["new_selected"].sum()), int(d["on_bbr"].iloc[-1]),
-                         int(d["holdout"].iloc[-1])])
+            rows.append(
+                [pop, len(d), int(d["new_selected"].sum()), int(d["on_bbr"].iloc[-1]), int(d["holdout"].iloc[-1])]
+            )
         header = ["POP", "rounds", "newly selected", "on BBR (last round)", "holdout (last round)"]
         tables.append(table(header, rows))
     return Section(
-        "selections", "New prefixes selected per round",
+        "selections",
+        "New prefixes selected per round",
         "How many client prefixes each controller round newly moved to BBR. Consistently poor "
         "prefixes are few and stable, so after the first rounds only a handful are new.",
-        svg, "No controller rounds (selections) in the report window.", tables=tables,
+        svg,
+        "No controller rounds (selections) in the report window.",
+        tables=tables,
     )
 
 
@@ -123,27 +130,39 @@ def _treated_section(data: report_data.ReportData) -> Section:
         tables.append(table(["group", "prefixes", "p10 before", "p10 after", "change"], rows, classes))
         if data.groups.empty or not (data.groups["grp"] == "holdout").any():
             notes.append("No holdout prefixes yet: the control group is a fraction of candidates.")
-        notes.append("Before/after is split at each prefix's first round in its group; values are "
-                     f"the median over {_per(data)} buckets of the p10 delivery rate.")
+        notes.append(
+            "Before/after is split at each prefix's first round in its group; values are "
+            f"the median over {_per(data)} buckets of the p10 delivery rate."
+        )
     return Section(
-        "treated", "Treated versus holdout",
+        "treated",
+        "Treated versus holdout",
         "Prefixes the controller moved to BBR (treated) against the holdout: equally poor "
         "prefixes deliberately left on CUBIC. The treated group's low percentile rising while the "
         "holdout stays flat is the effect of BBR, not of the time of day.",
-        svg, "No treated or holdout prefixes with telemetry in the report window.",
-        tables=tables, notes=notes,
+        svg,
+        "No treated or holdout prefixes with telemetry in the report window.",
+        tables=tables,
+        notes=notes,
     )
 
 
 def _isp_section(data: report_data.ReportData) -> Section:
     w = data.window
     isp = data.isp
-    lead = ("Low-percentile delivery rate (flows > 100 KB) per ISP, by longest-prefix match of "
-            "client prefixes against the prefix→ASN file; the largest ISPs by traffic.")
+    lead = (
+        "Low-percentile delivery rate (flows > 100 KB) per ISP, by longest-prefix match of "
+        "client prefixes against the prefix→ASN file; the largest ISPs by traffic."
+    )
     if not isp.enabled:
-        return Section("isp", "Per-ISP low percentiles", lead, None,
-                       "Not enabled: pass --asn-file FILE, a CSV of prefix,asn[,name] lines "
-                       "(e.g. 198.51.100.0/22,64500,Example Net), to see this section.")
+        return Section(
+            "isp",
+            "Per-ISP low percentiles",
+            lead,
+            None,
+            "Not enabled: pass --asn-file FILE, a CSV of prefix,asn[,name] lines "
+            "(e.g. 198.51.100.0/22,64500,Example Net), to see this section.",
+        )
     svg = report_plots.isp_svg(isp.df, data.configs, w) if (w and isp.df is not None) else None
     note = f"{isp.entries} prefix→ASN entries read"
     if isp.malformed:
@@ -153,37 +172,66 @@ def _isp_section(data: report_data.ReportData) -> Section:
     if isp.dropped_prefixes:
         note += f"; {isp.dropped_prefixes} prefixes of smaller ISPs left out"
     notes = [note + "."]
-    return Section("isp", "Per-ISP low percentiles", lead, svg,
-                   "No client prefix in the window matched the prefix→ASN file.", notes=notes)
+    return Section(
+        "isp",
+        "Per-ISP low percentiles",
+        lead,
+        svg,
+        "No client prefix in the window matched the prefix→ASN file.",
+        notes=notes,
+    )
 
 
 def _goodput_section(data: report_data.ReportData) -> Section:
     w = data.window
-    svg = report_plots.per_pop_lines_svg(
-        data.goodput, "p10", data.configs, w, "goodput", "p10 goodput per POP (approximate)",
-        "Mbit/s",
-    ) if w else None
+    svg = (
+        report_plots.per_pop_lines_svg(
+            data.goodput,
+            "p10",
+            data.configs,
+            w,
+            "goodput",
+            "p10 goodput per POP (approximate)",
+            "Mbit/s",
+        )
+        if w
+        else None
+    )
     return Section(
-        "goodput", "p10 goodput (approximate)",
+        "goodput",
+        "p10 goodput (approximate)",
         "Per flow larger than 100 KB: bytes acknowledged divided by the time the socket was busy "
         f"sending (tcpi_busy_time), at its last poll; p10 per POP per {_per(data)}. Approximate: "
         "busy time leaves out the time the client waited between requests and the poll may miss "
         "the end of a flow. The true measure is the goodput in HTTP access logs.",
-        svg, "No qualifying flows with busy_time in the raw tcpinfo table for the report window.",
+        svg,
+        "No qualifying flows with busy_time in the raw tcpinfo table for the report window.",
     )
 
 
 def _bbr_share_section(data: report_data.ReportData) -> Section:
     w = data.window
-    svg = report_plots.per_pop_lines_svg(
-        data.bbr_share, "bbr_share", data.configs, w, "bbrshare", "Sockets on BBR per POP",
-        "% of sockets", rate=False,
-    ) if w else None
+    svg = (
+        report_plots.per_pop_lines_svg(
+            data.bbr_share,
+            "bbr_share",
+            data.configs,
+            w,
+            "bbrshare",
+            "Sockets on BBR per POP",
+            "% of sockets",
+            rate=False,
+        )
+        if w
+        else None
+    )
     return Section(
-        "bbrshare", "Share of sockets on BBR",
+        "bbrshare",
+        "Share of sockets on BBR",
         "Share of observed sockets whose congestion control is a BBR variant: it rises when a "
         "config version reaches the edges and new connections from selected prefixes use BBR.",
-        svg, "No raw socket samples (tcpinfo) in the report window.",
+        svg,
+        "No raw socket samples (tcpinfo) in the report window.",
     )
 
 
@@ -204,14 +252,19 @@ def _cards(data: report_data.ReportData) -> list[Card]:
 
 def build_page(data: report_data.ReportData, title: str, pop: str = "") -> tuple[str, list[Section]]:
     sections = [
-        _delivery_section(data), _selections_section(data), _treated_section(data),
-        _isp_section(data), _goodput_section(data), _bbr_share_section(data),
+        _delivery_section(data),
+        _selections_section(data),
+        _treated_section(data),
+        _isp_section(data),
+        _goodput_section(data),
+        _bbr_share_section(data),
     ]
     if data.window is None:
         subtitle = "No telemetry in the store" + (f" for POP {pop}" if pop else "") + "."
     else:
-        subtitle = (f"{data.window.start:%Y-%m-%d %H:%M} – {data.window.end:%Y-%m-%d %H:%M} UTC"
-                    + (f" · POP {pop}" if pop else f" · {len(data.pops)} POP(s)"))
+        subtitle = f"{data.window.start:%Y-%m-%d %H:%M} – {data.window.end:%Y-%m-%d %H:%M} UTC" + (
+            f" · POP {pop}" if pop else f" · {len(data.pops)} POP(s)"
+        )
     footer = f"Generated by dyncc report at {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC."
     return report_html.render_page(title, subtitle, _cards(data), sections, footer), sections
 
@@ -237,8 +290,9 @@ def write_report(
     started = time.monotonic()
     if asn_table is None and asn_file is not None:
         asn_table = load_asn_file(asn_file)
-    data = report_data.load(store, pop=pop, since=since, until=until, asn_table=asn_table,
-                            bucket_seconds=bucket_seconds)
+    data = report_data.load(
+        store, pop=pop, since=since, until=until, asn_table=asn_table, bucket_seconds=bucket_seconds
+    )
     page, sections = build_page(data, title or DEFAULT_TITLE, pop)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -250,8 +304,13 @@ def write_report(
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    summary = ReportSummary(out, data.window, data.pops, {s.key: s.has_data for s in sections},
-                            len(page.encode()), time.monotonic() - started)
+    summary = ReportSummary(
+        out,
+        data.window,
+        data.pops,
+        {s.key: s.has_data for s in sections},
+        len(page.encode()),
+        time.monotonic() - started,
+    )
     log.info("%s", summary.line())
     return summary
-

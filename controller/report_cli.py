@@ -9,22 +9,35 @@ from collector.daemon import ConfigError, parse_duration
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--clickhouse", required=True, metavar="URL",
-                        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir")
-    parser.add_argument("-o", "--output", default="report.html", metavar="FILE",
-                        help="HTML file to write (default: report.html)")
+    parser.add_argument(
+        "--clickhouse",
+        required=True,
+        metavar="URL",
+        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir",
+    )
+    parser.add_argument(
+        "-o", "--output", default="report.html", metavar="FILE", help="HTML file to write (default: report.html)"
+    )
     parser.add_argument("--pop", default="", help="only this POP (default: all)")
-    parser.add_argument("--since", metavar="TIME",
-                        help="window start: ISO time (UTC unless it has an offset) or a duration "
-                             "before --until such as 6h (default: 24h)")
-    parser.add_argument("--until", metavar="TIME",
-                        help="window end: ISO time (default: the end of the latest telemetry)")
+    parser.add_argument(
+        "--since",
+        metavar="TIME",
+        help="window start: ISO time (UTC unless it has an offset) or a duration "
+        "before --until such as 6h (default: 24h)",
+    )
+    parser.add_argument(
+        "--until", metavar="TIME", help="window end: ISO time (default: the end of the latest telemetry)"
+    )
     parser.add_argument("--title", help="page title")
-    parser.add_argument("--asn-file", metavar="CSV",
-                        help="prefix,asn[,name] CSV: enables the per-ISP section (longest-prefix match)")
-    parser.add_argument("--bucket", metavar="DURATION",
-                        help="plot resolution, e.g. 5m or 20s (default: 5m from the rollup; finer, from "
-                             "the raw table, for windows under 2 h)")
+    parser.add_argument(
+        "--asn-file", metavar="CSV", help="prefix,asn[,name] CSV: enables the per-ISP section (longest-prefix match)"
+    )
+    parser.add_argument(
+        "--bucket",
+        metavar="DURATION",
+        help="plot resolution, e.g. 5m or 20s (default: 5m from the rollup; finer, from "
+        "the raw table, for windows under 2 h)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -39,9 +52,7 @@ def parse_time(text: str, what: str) -> dt.datetime:
     return value
 
 
-def resolve_window(
-    since: str | None, until: str | None
-) -> tuple[dt.datetime | None, dt.datetime | None, float | None]:
+def resolve_window(since: str | None, until: str | None) -> tuple[dt.datetime | None, dt.datetime | None, float | None]:
     """(since, until, span seconds) from the flags; a duration --since is relative to --until."""
     end = parse_time(until, "--until") if until else None
     if since is None:
@@ -81,8 +92,16 @@ def run(args: argparse.Namespace) -> int:
             if window is not None:
                 since, until = window.end - dt.timedelta(seconds=span), window.end
         try:
-            summary = write_report(store, args.output, pop=args.pop, since=since, until=until,
-                                   title=args.title, asn_table=asn_table, bucket_seconds=bucket)
+            summary = write_report(
+                store,
+                args.output,
+                pop=args.pop,
+                since=since,
+                until=until,
+                title=args.title,
+                asn_table=asn_table,
+                bucket_seconds=bucket,
+            )
         except OSError as exc:
             raise ConfigError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
     finally:

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 DEFAULT_SPAN = dt.timedelta(hours=24)
 BUCKET = dt.timedelta(minutes=5)
 ISP_TOP = 8
-ISP_MAX_PREFIXES = 4000   # keeps the per-ISP query text well under ClickHouse's max_query_size
+ISP_MAX_PREFIXES = 4000  # keeps the per-ISP query text well under ClickHouse's max_query_size
 
 _TIME_FILTER = re.compile(r"\$__timeFilter\(\s*(\w+)\s*\)")
 _SLOT = re.compile(r"\{(\w+)\}")
@@ -38,8 +38,8 @@ GROUPS = "report_treatment_groups"
 
 @dataclass(frozen=True)
 class Window:
-    start: dt.datetime   # naive UTC, inclusive
-    end: dt.datetime     # naive UTC, exclusive
+    start: dt.datetime  # naive UTC, inclusive
+    end: dt.datetime  # naive UTC, exclusive
 
 
 @dataclass
@@ -60,7 +60,7 @@ class ReportData:
     configs: pd.DataFrame
     selections: pd.DataFrame
     groups: pd.DataFrame
-    treated: pd.DataFrame       # per (time, grp): the time series
+    treated: pd.DataFrame  # per (time, grp): the time series
     treated_split: pd.DataFrame  # per (time, grp, phase): before / after each prefix's t0
     goodput: pd.DataFrame
     bbr_share: pd.DataFrame
@@ -110,9 +110,7 @@ def render_view(sql: str, start: dt.datetime, end: dt.datetime) -> str:
     """Expand `$__timeFilter(col)` to `col >= toDateTime(S) AND col <= toDateTime(E)` (Unix s)."""
     s = int(utc_naive(start).replace(tzinfo=dt.UTC).timestamp())
     e = int(utc_naive(end).replace(tzinfo=dt.UTC).timestamp())
-    return _TIME_FILTER.sub(
-        lambda m: f"{m.group(1)} >= toDateTime({s}) AND {m.group(1)} <= toDateTime({e})", sql
-    )
+    return _TIME_FILTER.sub(lambda m: f"{m.group(1)} >= toDateTime({s}) AND {m.group(1)} <= toDateTime({e})", sql)
 
 
 def splice(sql: str, parts: dict[str, str]) -> str:
@@ -159,8 +157,8 @@ def _with_time(df: pd.DataFrame, column: str = "ts", into: str = "time") -> pd.D
     import pandas as pd
 
     df = df.copy()
-    df[into] = pd.to_datetime(df[column].astype("int64"), unit="s") if len(df) else pd.Series(
-        [], dtype="datetime64[ns]"
+    df[into] = (
+        pd.to_datetime(df[column].astype("int64"), unit="s") if len(df) else pd.Series([], dtype="datetime64[ns]")
     )
     for col in df.columns:
         if df[col].dtype == object or str(df[col].dtype).startswith("string"):
@@ -168,9 +166,7 @@ def _with_time(df: pd.DataFrame, column: str = "ts", into: str = "time") -> pd.D
     return df
 
 
-def _q(
-    store: Store, name: str, params: dict[str, Any], time_col: str = "ts", **slots: str
-) -> pd.DataFrame:
+def _q(store: Store, name: str, params: dict[str, Any], time_col: str = "ts", **slots: str) -> pd.DataFrame:
     df = store.query_df(compose(name, **slots), params)
     return _with_time(df, time_col) if time_col in df.columns else df
 
@@ -205,8 +201,9 @@ def load(
     window = default_window(data_span(store, pop), since, until)
     if window is None:  # no telemetry at all: every section is empty, the page says so
         empty = pd.DataFrame()
-        return ReportData(None, [], empty, empty, empty, empty, empty, empty, empty, empty,
-                          IspData(enabled=asn_table is not None))
+        return ReportData(
+            None, [], empty, empty, empty, empty, empty, empty, empty, empty, IspData(enabled=asn_table is not None)
+        )
     bucket = int(bucket_seconds or auto_bucket(window))
     source = source_for(bucket)
     params: dict[str, Any] = {"pop": pop, "start": window.start, "end": window.end, "bucket": bucket}
@@ -221,7 +218,16 @@ def load(
     bbr_share = _q(store, "report_bbr_share", params)
     pops = sorted(set(delivery.get("pop", pd.Series(dtype=str))) | set(selections.get("pop", [])))
     data = ReportData(
-        window, pops, delivery, configs, selections, groups, treated, treated_split, goodput, bbr_share,
+        window,
+        pops,
+        delivery,
+        configs,
+        selections,
+        groups,
+        treated,
+        treated_split,
+        goodput,
+        bbr_share,
         bucket_seconds=bucket,
     )
     if asn_table is not None:
@@ -242,7 +248,6 @@ def load_isp(store: Store, params: dict[str, Any], table: AsnTable, source: str 
     return isp
 
 
-
 def before_after(split: pd.DataFrame) -> pd.DataFrame:
     """Per group and phase: the median over 5-minute buckets of the bucket's p10 (and count).
 
@@ -252,7 +257,5 @@ def before_after(split: pd.DataFrame) -> pd.DataFrame:
 
     if split is None or split.empty:
         return pd.DataFrame({"grp": [], "phase": [], "p10": [], "buckets": []})
-    out = split.groupby(["grp", "phase"], as_index=False).agg(
-        p10=("p10", "median"), buckets=("p10", "size")
-    )
+    out = split.groupby(["grp", "phase"], as_index=False).agg(p10=("p10", "median"), buckets=("p10", "size"))
     return out.sort_values(["grp", "phase"]).reset_index(drop=True)

@@ -43,13 +43,13 @@ footer { color: var(--muted); font-size: 12px; margin-top: 28px; }
 
 @dataclass
 class Section:
-    key: str                      # HTML id, e.g. "delivery"
+    key: str  # HTML id, e.g. "delivery"
     title: str
-    lead: str                     # one or two sentences: what the plot shows and how to read it
-    svg: str | None = None        # inline SVG from report_plots; None -> the no-data note
+    lead: str  # one or two sentences: what the plot shows and how to read it
+    svg: str | None = None  # inline SVG from report_plots; None -> the no-data note
     no_data: str = "No data for this section in the report window."
     tables: list[str] = field(default_factory=list)  # markup from table()
-    notes: list[str] = field(default_factory=list)   # plain text, escaped here
+    notes: list[str] = field(default_factory=list)  # plain text, escaped here
 
     @property
     def has_data(self) -> bool:
@@ -66,9 +66,7 @@ def esc(text: object) -> str:
     return html.escape(str(text), quote=True)
 
 
-def table(
-    header: Sequence[str], rows: Sequence[Sequence[object]], classes: Sequence[Sequence[str]] = ()
-) -> str:
+def table(header: Sequence[str], rows: Sequence[Sequence[object]], classes: Sequence[Sequence[str]] = ()) -> str:
     """A small HTML table; cell text is escaped; `classes` optionally gives a class per cell."""
     head = "".join(f"<th>{esc(h)}</th>" for h in header)
     body = []
@@ -83,8 +81,11 @@ def table(
 
 
 def render_section(section: Section) -> str:
-    parts = [f'<section id="{esc(section.key)}">', f"<h2>{esc(section.title)}</h2>",
-             f'<p class="lead">{esc(section.lead)}</p>']
+    parts = [
+        f'<section id="{esc(section.key)}">',
+        f"<h2>{esc(section.title)}</h2>",
+        f'<p class="lead">{esc(section.lead)}</p>',
+    ]
     if section.svg is not None:
         parts.append(f'<div class="figure">{section.svg}</div>')
     else:
@@ -95,13 +96,10 @@ def render_section(section: Section) -> str:
     return "\n".join(parts)
 
 
-def render_page(
-    title: str, subtitle: str, cards: Sequence[Card], sections: Sequence[Section], footer: str
-) -> str:
+def render_page(title: str, subtitle: str, cards: Sequence[Card], sections: Sequence[Section], footer: str) -> str:
     nav = " ".join(f'<a href="#{esc(s.key)}">{esc(s.title)}</a>' for s in sections)
     card_html = "".join(
-        f'<div class="card"><div class="v">{esc(c.value)}</div><div class="k">{esc(c.label)}</div></div>'
-        for c in cards
+        f'<div class="card"><div class="v">{esc(c.value)}</div><div class="k">{esc(c.label)}</div></div>' for c in cards
     )
     body = "\n".join(render_section(s) for s in sections)
     return (
@@ -109,7 +107,7 @@ def render_page(
         '<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head>\n"
-        f"<body><main>\n<h1>{esc(title)}</h1>\n<p class=\"sub\">{esc(subtitle)}</p>\n"
-        f"<nav>{nav}</nav>\n<div class=\"cards\">{card_html}</div>\n{body}\n"
+        f'<body><main>\n<h1>{esc(title)}</h1>\n<p class="sub">{esc(subtitle)}</p>\n'
+        f'<nav>{nav}</nav>\n<div class="cards">{card_html}</div>\n{body}\n'
         f"<footer>{esc(footer)}</footer>\n</main></body></html>\n"
     )

@@ -47,9 +47,9 @@ def _figure(salt: str, rows: int, row_height: float, **kw: Any) -> Iterator[tupl
     import matplotlib.pyplot as plt
 
     rc: dict[Any, Any] = {
-        "svg.hashsalt": salt,        # distinct clip-path ids per plot: they share one page
-        "svg.fonttype": "none",      # text stays text (small, selectable)
-        "path.simplify": False,      # every data point is drawn
+        "svg.hashsalt": salt,  # distinct clip-path ids per plot: they share one page
+        "svg.fonttype": "none",  # text stays text (small, selectable)
+        "path.simplify": False,  # every data point is drawn
         "font.family": "DejaVu Sans",
         "font.size": 10,
         "axes.spines.top": False,
@@ -76,7 +76,7 @@ def _svg(fig: Figure) -> str:
     buf = io.StringIO()
     fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None, "Creator": None})
     text = buf.getvalue()
-    text = text[text.index("<svg"):]
+    text = text[text.index("<svg") :]
     text = re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)
     # responsive: drop the fixed size, keep the viewBox
     return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1 class="plot"', text, count=1)
@@ -162,8 +162,14 @@ def _mark_configs(ax: Axes, configs: pd.DataFrame, pop: str | None, window: Wind
         level = (level + 1) % 3 if near else 0
         last_x = t
         ax.annotate(
-            " · ".join(texts), xy=(t, 1.0), xycoords=("data", "axes fraction"),
-            xytext=(3, -2 - 11 * level), textcoords="offset points", va="top", fontsize=8, color=color,
+            " · ".join(texts),
+            xy=(t, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -2 - 11 * level),
+            textcoords="offset points",
+            va="top",
+            fontsize=8,
+            color=color,
             bbox={"boxstyle": "square,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8},
         )
 
@@ -184,8 +190,9 @@ def delivery_rate_svg(delivery: pd.DataFrame, configs: pd.DataFrame, window: Win
             d = delivery[delivery["pop"] == pop].sort_values("time")
             for pct, (width, alpha, dashes) in PCT_STYLE.items():
                 xs, ys = _gapped(d["time"], mbps(d[pct]))
-                line = _plot(ax, xs, ys, f"delivery-{pop}-{pct}", color=colors[pop], linewidth=width,
-                             alpha=alpha, label=pct)
+                line = _plot(
+                    ax, xs, ys, f"delivery-{pop}-{pct}", color=colors[pop], linewidth=width, alpha=alpha, label=pct
+                )
                 if dashes:
                     line.set_dashes(dashes)
             _mark_configs(ax, configs, pop, window)
@@ -213,8 +220,13 @@ def selections_svg(selections: pd.DataFrame, window: Window) -> str | None:
         for k, pop in enumerate(pops):
             d = selections[selections["pop"] == pop].sort_values("time")
             offset = (k - (len(pops) - 1) / 2) * width
-            bars = ax.bar(d["time"] + offset, d["new_selected"], width=width, color=colors[pop],
-                          label=f"{pop} (on BBR now: {int(d['on_bbr'].iloc[-1])})")
+            bars = ax.bar(
+                d["time"] + offset,
+                d["new_selected"],
+                width=width,
+                color=colors[pop],
+                label=f"{pop} (on BBR now: {int(d['on_bbr'].iloc[-1])})",
+            )
             for i, bar in enumerate(bars):
                 bar.set_gid(f"selections-{pop}-{i}")
         ax.set_ylabel("new prefixes")
@@ -241,8 +253,7 @@ def treated_vs_holdout_svg(
             if d.empty:
                 continue
             xs, ys = _gapped(d["time"], mbps(d["p10"]))
-            line = _plot(ax, xs, ys, f"treated-{grp}-p10", color=GROUP_COLORS[grp], linewidth=2.0,
-                         label=f"{grp} p10")
+            line = _plot(ax, xs, ys, f"treated-{grp}-p10", color=GROUP_COLORS[grp], linewidth=2.0, label=f"{grp} p10")
             if grp == "holdout":
                 line.set_dashes((5, 2))
         _mark_configs(ax, configs, None, window)
@@ -257,13 +268,25 @@ def treated_vs_holdout_svg(
             for grp in ("treated", "holdout"):
                 row = summary[(summary["grp"] == grp) & (summary["phase"] == phase)]
                 vals.append(float(mbps(row["p10"].iloc[0])) if len(row) else 0.0)
-            bars = bx.bar(x + (k - 0.5) * 0.38, vals, width=0.36, label=phase,
-                          color=["#b9dcb9", "#cccccc"] if phase == "before" else list(GROUP_COLORS.values()))
+            bars = bx.bar(
+                x + (k - 0.5) * 0.38,
+                vals,
+                width=0.36,
+                label=phase,
+                color=["#b9dcb9", "#cccccc"] if phase == "before" else list(GROUP_COLORS.values()),
+            )
             for i, bar in enumerate(bars):
                 bar.set_gid(f"treated-bar-{('treated', 'holdout')[i]}-{phase}")
                 if vals[i] > 0:
-                    bx.annotate(f"{vals[i]:.3g}", (bar.get_x() + bar.get_width() / 2, vals[i]), ha="center",
-                                va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+                    bx.annotate(
+                        f"{vals[i]:.3g}",
+                        (bar.get_x() + bar.get_width() / 2, vals[i]),
+                        ha="center",
+                        va="bottom",
+                        fontsize=8,
+                        xytext=(0, 2),
+                        textcoords="offset points",
+                    )
         bx.set_xticks(x, ["treated", "holdout"])
         bx.set_ylabel("Mbit/s")
         bx.set_title("p10 before (light) → after")
@@ -284,8 +307,16 @@ def isp_svg(isp: pd.DataFrame, configs: pd.DataFrame, window: Window) -> str | N
             color = PALETTE[i % len(PALETTE)]
             for pct, width, alpha in (("p10", 2.0, 1.0), ("p5", 1.0, 0.5)):
                 xs, ys = _gapped(d["time"], mbps(d[pct]))
-                _plot(ax, xs, ys, f"isp-{i}-{pct}", color=color, linewidth=width, alpha=alpha,
-                      label=f"{name} {pct}" if pct == "p10" else None)
+                _plot(
+                    ax,
+                    xs,
+                    ys,
+                    f"isp-{i}-{pct}",
+                    color=color,
+                    linewidth=width,
+                    alpha=alpha,
+                    label=f"{name} {pct}" if pct == "p10" else None,
+                )
         _mark_configs(ax, configs, None, window)
         _rate_axis(ax)
         ax.set_title("Per-ISP delivery rate (p10 bold, p5 thin)")
@@ -296,8 +327,14 @@ def isp_svg(isp: pd.DataFrame, configs: pd.DataFrame, window: Window) -> str | N
 
 
 def per_pop_lines_svg(
-    df: pd.DataFrame, column: str, configs: pd.DataFrame, window: Window, section: str, title: str,
-    ylabel: str, rate: bool = True,
+    df: pd.DataFrame,
+    column: str,
+    configs: pd.DataFrame,
+    window: Window,
+    section: str,
+    title: str,
+    ylabel: str,
+    rate: bool = True,
 ) -> str | None:
     """One line per POP of `column` over time (goodput p10, BBR share)."""
     if df is None or df.empty:

@@ -31,14 +31,25 @@ ACTIONS = ("keygen", "rollout", "kill-switch")
 
 def _shared(parser: argparse.ArgumentParser, *, publish: bool) -> None:
     s = argparse.SUPPRESS
-    parser.add_argument("--clickhouse", metavar="URL", default=s,
-                        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir")
+    parser.add_argument(
+        "--clickhouse",
+        metavar="URL",
+        default=s,
+        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir",
+    )
     if publish:
         parser.add_argument("--kafka", metavar="BROKERS", default=s, help="publish to this Kafka")
-        parser.add_argument("--publish-dir", type=Path, metavar="DIR", default=s,
-                            help="write DIR/<pop>.cfg instead of Kafka")
-        parser.add_argument("--key", dest="private_key", type=Path, metavar="PRIVATE_PEM", default=s,
-                            help="Ed25519 private key that signs configs")
+        parser.add_argument(
+            "--publish-dir", type=Path, metavar="DIR", default=s, help="write DIR/<pop>.cfg instead of Kafka"
+        )
+        parser.add_argument(
+            "--key",
+            dest="private_key",
+            type=Path,
+            metavar="PRIVATE_PEM",
+            default=s,
+            help="Ed25519 private key that signs configs",
+        )
         parser.add_argument("--config-topic", default=s, help="compacted config topic (dyncc-configs)")
         parser.add_argument("--status-topic", default=s, help="ApplyStatus topic (dyncc-apply-status)")
 
@@ -50,21 +61,26 @@ def register(subparsers: Any) -> None:
     keygen.add_argument("--force", action="store_true", help="overwrite an existing key pair")
 
     rollout = subparsers.add_parser("rollout", help="staged rollout: status, or advance the gates now")
-    rollout.add_argument("rollout_action", choices=["status", "advance"],
-                         help="status: where each POP and host stands; advance: ingest statuses and "
-                              "run the wave gates once (publish options as for a round)")
-    rollout.add_argument("--pop", dest="status_pops", action="append", default=[], metavar="POP",
-                         help="only these POPs (repeatable)")
+    rollout.add_argument(
+        "rollout_action",
+        choices=["status", "advance"],
+        help="status: where each POP and host stands; advance: ingest statuses and "
+        "run the wave gates once (publish options as for a round)",
+    )
+    rollout.add_argument(
+        "--pop", dest="status_pops", action="append", default=[], metavar="POP", help="only these POPs (repeatable)"
+    )
     _shared(rollout, publish=True)
 
-    kill = subparsers.add_parser("kill-switch",
-                                 help="publish an empty signed config: agents drop every route")
+    kill = subparsers.add_parser("kill-switch", help="publish an empty signed config: agents drop every route")
     target = kill.add_mutually_exclusive_group(required=True)
-    target.add_argument("--pop", dest="kill_pops", action="append", default=[], metavar="POP",
-                        help="the POP (repeatable)")
+    target.add_argument(
+        "--pop", dest="kill_pops", action="append", default=[], metavar="POP", help="the POP (repeatable)"
+    )
     target.add_argument("--all", dest="kill_all", action="store_true", help="every POP known to the store")
-    kill.add_argument("--release", action="store_true",
-                      help="release the kill switch: rounds publish again (staged, from empty)")
+    kill.add_argument(
+        "--release", action="store_true", help="release the kill switch: rounds publish again (staged, from empty)"
+    )
     _shared(kill, publish=True)
 
 
@@ -88,8 +104,10 @@ def run(args: argparse.Namespace) -> int | None:
         from controller.config_signing import keygen
 
         private_path, public_path = keygen(args.out_dir, args.name, args.force)
-        print(f"wrote {private_path} (private, mode 0600: the controller's --key) and "
-              f"{public_path} (public: every agent's --public-key)")
+        print(
+            f"wrote {private_path} (private, mode 0600: the controller's --key) and "
+            f"{public_path} (public: every agent's --public-key)"
+        )
         return 0
     setup_logging(bool(getattr(args, "verbose", False)))
     store = _store(args)
@@ -160,23 +178,28 @@ def rollout_status(store: Any, pops: list[str] | None = None, now_ns: int | None
         state = rs.load_state(store, pop)
         wave = ""
         if state.phase in ("canary", "rest"):
-            target = (", ".join(state.wave_hosts) if state.phase == "canary"
-                      else f"{len(state.wave_hosts)} hosts")
+            target = ", ".join(state.wave_hosts) if state.phase == "canary" else f"{len(state.wave_hosts)} hosts"
             wave = f", wave v{state.wave_version} -> {target} (started {_ago(state.wave_started_ns, now)})"
-        out.append(f"POP {pop}: {state.phase.upper()}  stable v{state.stable_version}{wave}  "
-                   f"[{state.event or 'no rollout yet'} {_ago(state.updated_ns, now)}]")
+        out.append(
+            f"POP {pop}: {state.phase.upper()}  stable v{state.stable_version}{wave}  "
+            f"[{state.event or 'no rollout yet'} {_ago(state.updated_ns, now)}]"
+        )
         if state.reason:
             out.append(f"  reason: {state.reason}")
         reports = rs.latest_reports(store, pop, 0)
         if reports:
-            out.append(f"  {'host':<20} {'applied':>8} {'last result':<20} {'mem avail':>10} {'load1':>6}  "
-                       f"{'role':<7} reported")
+            out.append(
+                f"  {'host':<20} {'applied':>8} {'last result':<20} {'mem avail':>10} {'load1':>6}  "
+                f"{'role':<7} reported"
+            )
             for host, r in sorted(reports.items()):
                 role = "canary" if state.phase == "canary" and host in state.wave_hosts else ""
-                out.append(f"  {host:<20} {'v' + str(r.applied_version):>8} "
-                           f"{(r.result + ' v' + str(r.version)):<20} "
-                           f"{r.mem_available_bytes / 2**20:>8.0f}Mi "
-                           f"{r.load1:>6.2f}  {role:<7} {_ago(r.received_ns, now)}")
+                out.append(
+                    f"  {host:<20} {'v' + str(r.applied_version):>8} "
+                    f"{(r.result + ' v' + str(r.version)):<20} "
+                    f"{r.mem_available_bytes / 2**20:>8.0f}Mi "
+                    f"{r.load1:>6.2f}  {role:<7} {_ago(r.received_ns, now)}"
+                )
                 if r.errors and r.result not in ("APPLIED", "UNCHANGED"):
                     out.append(f"  {'':<20} errors: {'; '.join(r.errors[:3])}")
         else:

@@ -47,13 +47,13 @@ class RolloutState:
     phase: str = IDLE
     event: str = ""
     rollout_id: str = ""
-    stable_version: int = 0        # POP-wide version every host should hold (0 = none yet)
-    candidate_version: int = 0     # first version carrying the entries being rolled out
-    wave_version: int = 0          # version published for the current wave
+    stable_version: int = 0  # POP-wide version every host should hold (0 = none yet)
+    candidate_version: int = 0  # first version carrying the entries being rolled out
+    wave_version: int = 0  # version published for the current wave
     wave_hosts: tuple[str, ...] = ()
     wave_started_ns: int = 0
     candidate_fingerprint: str = ""
-    failed_fingerprint: str = ""   # last desired state that failed its gate (hold-down)
+    failed_fingerprint: str = ""  # last desired state that failed its gate (hold-down)
     failed_at_ns: int = 0
     reason: str = ""
     updated_ns: int = 0
@@ -89,7 +89,7 @@ class GateThresholds:
 
 @dataclass
 class WaveCheck:
-    status: str                         # waiting | failed | reported
+    status: str  # waiting | failed | reported
     reasons: list[str] = field(default_factory=list)
     succeeded: dict[str, HostReport] = field(default_factory=dict)  # first success report per host
     missing: list[str] = field(default_factory=list)
@@ -126,8 +126,10 @@ def health_problems(report: HostReport, th: GateThresholds) -> list[str]:
     problems = []
     # 0 means "not reported" (an agent that cannot read /proc/meminfo), not "no memory".
     if 0 < report.mem_available_bytes < th.min_mem_available:
-        problems.append(f"{report.host}: available memory {report.mem_available_bytes / 2**20:.0f} MiB "
-                        f"< {th.min_mem_available / 2**20:.0f} MiB")
+        problems.append(
+            f"{report.host}: available memory {report.mem_available_bytes / 2**20:.0f} MiB "
+            f"< {th.min_mem_available / 2**20:.0f} MiB"
+        )
     if report.load1 > th.max_load1:
         problems.append(f"{report.host}: load1 {report.load1:.2f} > {th.max_load1:g}")
     return problems
@@ -159,8 +161,7 @@ def check_wave(
             errors = "; ".join(failures[-1].errors[:3]) or "no error text"
             check.reasons.append(f"{host}: {failures[-1].result} for version {wave_version} ({errors})")
             continue
-        success = next((r for r in mine if r.result in SUCCESS_RESULTS and r.applied_version >= wave_version),
-                       None)
+        success = next((r for r in mine if r.result in SUCCESS_RESULTS and r.applied_version >= wave_version), None)
         if success is None:
             check.missing.append(host)
             continue
@@ -175,8 +176,10 @@ def check_wave(
             check.status = "waiting"
         elif missing_fails:
             check.status = "failed"
-            check.reasons.append(f"no success report for version {wave_version} within "
-                                 f"{th.wave_timeout_ns / 1e9:g}s from {', '.join(check.missing)}")
+            check.reasons.append(
+                f"no success report for version {wave_version} within "
+                f"{th.wave_timeout_ns / 1e9:g}s from {', '.join(check.missing)}"
+            )
     return check
 
 
@@ -187,12 +190,16 @@ def soak_remaining_ns(check: WaveCheck, now_ns: int, th: GateThresholds) -> int:
 def judge_p10(before: WindowStats, after: WindowStats, th: GateThresholds) -> tuple[bool, str]:
     """(passed, why).  Too few samples in either window is not judged (passes, and says so)."""
     if before.samples < th.min_samples or after.samples < th.min_samples:
-        return True, (f"p10 delivery rate not judged: {before.samples} samples before, {after.samples} after "
-                      f"(need {th.min_samples})")
+        return True, (
+            f"p10 delivery rate not judged: {before.samples} samples before, {after.samples} after "
+            f"(need {th.min_samples})"
+        )
     floor = before.p10 * (1.0 - th.max_p10_regression)
     change = (after.p10 / before.p10 - 1.0) * 100 if before.p10 > 0 else 0.0
-    text = (f"p10 delivery rate {before.p10 / 1e6:.3f} -> {after.p10 / 1e6:.3f} MB/s ({change:+.1f}%, "
-            f"allowed -{th.max_p10_regression * 100:g}%)")
+    text = (
+        f"p10 delivery rate {before.p10 / 1e6:.3f} -> {after.p10 / 1e6:.3f} MB/s ({change:+.1f}%, "
+        f"allowed -{th.max_p10_regression * 100:g}%)"
+    )
     return after.p10 >= floor, text
 
 

@@ -68,25 +68,28 @@ class ConfigRecord:
 
 
 def record_config(store: Store, rec: ConfigRecord) -> None:
-    store.insert_columns("config_versions", {
-        "created_at": np.array([rec.created_ns // 10**9], dtype=np.uint32),
-        "created_ns": np.array([rec.created_ns], dtype=np.uint64),
-        "pop": [rec.pop],
-        "version": np.array([rec.version], dtype=np.uint64),
-        "round_id": [rec.config.round_id],
-        "status": [rec.status],
-        "kind": [rec.kind],
-        "target_hosts": _objects([list(rec.config.target_hosts)]),
-        "entries": np.array([len(rec.config.entries)], dtype=np.uint32),
-        "added": np.array([rec.added], dtype=np.uint32),
-        "removed": np.array([rec.removed], dtype=np.uint32),
-        "changed": np.array([rec.changed], dtype=np.uint32),
-        "reasons": _objects([list(rec.reasons)]),
-        "kill_switch": np.array([int(rec.config.kill_switch)], dtype=np.uint8),
-        "fingerprint": [rec.fingerprint],
-        "key_id": [rec.config.key_id],
-        "config": [base64.b64encode(rec.config.SerializeToString(deterministic=True)).decode()],
-    })
+    store.insert_columns(
+        "config_versions",
+        {
+            "created_at": np.array([rec.created_ns // 10**9], dtype=np.uint32),
+            "created_ns": np.array([rec.created_ns], dtype=np.uint64),
+            "pop": [rec.pop],
+            "version": np.array([rec.version], dtype=np.uint64),
+            "round_id": [rec.config.round_id],
+            "status": [rec.status],
+            "kind": [rec.kind],
+            "target_hosts": _objects([list(rec.config.target_hosts)]),
+            "entries": np.array([len(rec.config.entries)], dtype=np.uint32),
+            "added": np.array([rec.added], dtype=np.uint32),
+            "removed": np.array([rec.removed], dtype=np.uint32),
+            "changed": np.array([rec.changed], dtype=np.uint32),
+            "reasons": _objects([list(rec.reasons)]),
+            "kill_switch": np.array([int(rec.config.kill_switch)], dtype=np.uint8),
+            "fingerprint": [rec.fingerprint],
+            "key_id": [rec.config.key_id],
+            "config": [base64.b64encode(rec.config.SerializeToString(deterministic=True)).decode()],
+        },
+    )
 
 
 def load_published_config(store: Store, pop: str, version: int) -> CongestionConfig | None:
@@ -115,9 +118,22 @@ def last_version(store: Store, pop: str) -> int:
     return max(_int(row[0]), _int(row[1]))
 
 
-_STATE_COLUMNS = ("pop", "phase", "event", "rollout_id", "stable_version", "candidate_version",
-                  "wave_version", "wave_hosts", "wave_started_ns", "candidate_fingerprint",
-                  "failed_fingerprint", "failed_at_ns", "reason", "updated_ns")
+_STATE_COLUMNS = (
+    "pop",
+    "phase",
+    "event",
+    "rollout_id",
+    "stable_version",
+    "candidate_version",
+    "wave_version",
+    "wave_hosts",
+    "wave_started_ns",
+    "candidate_fingerprint",
+    "failed_fingerprint",
+    "failed_at_ns",
+    "reason",
+    "updated_ns",
+)
 
 
 def load_state(store: Store, pop: str) -> RolloutState:
@@ -126,33 +142,44 @@ def load_state(store: Store, pop: str) -> RolloutState:
         return RolloutState(pop=pop)
     r = dict(zip(_STATE_COLUMNS, rows[0], strict=True))
     return RolloutState(
-        pop=str(r["pop"]), phase=str(r["phase"]), event=str(r["event"]), rollout_id=str(r["rollout_id"]),
-        stable_version=_int(r["stable_version"]), candidate_version=_int(r["candidate_version"]),
-        wave_version=_int(r["wave_version"]), wave_hosts=_strings(r["wave_hosts"]),
-        wave_started_ns=_int(r["wave_started_ns"]), candidate_fingerprint=str(r["candidate_fingerprint"]),
-        failed_fingerprint=str(r["failed_fingerprint"]), failed_at_ns=_int(r["failed_at_ns"]),
-        reason=str(r["reason"]), updated_ns=_int(r["updated_ns"]),
+        pop=str(r["pop"]),
+        phase=str(r["phase"]),
+        event=str(r["event"]),
+        rollout_id=str(r["rollout_id"]),
+        stable_version=_int(r["stable_version"]),
+        candidate_version=_int(r["candidate_version"]),
+        wave_version=_int(r["wave_version"]),
+        wave_hosts=_strings(r["wave_hosts"]),
+        wave_started_ns=_int(r["wave_started_ns"]),
+        candidate_fingerprint=str(r["candidate_fingerprint"]),
+        failed_fingerprint=str(r["failed_fingerprint"]),
+        failed_at_ns=_int(r["failed_at_ns"]),
+        reason=str(r["reason"]),
+        updated_ns=_int(r["updated_ns"]),
     )
 
 
 def save_state(store: Store, state: RolloutState) -> None:
-    store.insert_columns("rollout_waves", {
-        "updated_at": np.array([state.updated_ns // 10**9], dtype=np.uint32),
-        "updated_ns": np.array([state.updated_ns], dtype=np.uint64),
-        "pop": [state.pop],
-        "rollout_id": [state.rollout_id],
-        "phase": [state.phase],
-        "event": [state.event],
-        "stable_version": np.array([state.stable_version], dtype=np.uint64),
-        "candidate_version": np.array([state.candidate_version], dtype=np.uint64),
-        "wave_version": np.array([state.wave_version], dtype=np.uint64),
-        "wave_hosts": _objects([list(state.wave_hosts)]),
-        "wave_started_ns": np.array([state.wave_started_ns], dtype=np.uint64),
-        "candidate_fingerprint": [state.candidate_fingerprint],
-        "failed_fingerprint": [state.failed_fingerprint],
-        "failed_at_ns": np.array([state.failed_at_ns], dtype=np.uint64),
-        "reason": [state.reason[:2000]],
-    })
+    store.insert_columns(
+        "rollout_waves",
+        {
+            "updated_at": np.array([state.updated_ns // 10**9], dtype=np.uint32),
+            "updated_ns": np.array([state.updated_ns], dtype=np.uint64),
+            "pop": [state.pop],
+            "rollout_id": [state.rollout_id],
+            "phase": [state.phase],
+            "event": [state.event],
+            "stable_version": np.array([state.stable_version], dtype=np.uint64),
+            "candidate_version": np.array([state.candidate_version], dtype=np.uint64),
+            "wave_version": np.array([state.wave_version], dtype=np.uint64),
+            "wave_hosts": _objects([list(state.wave_hosts)]),
+            "wave_started_ns": np.array([state.wave_started_ns], dtype=np.uint64),
+            "candidate_fingerprint": [state.candidate_fingerprint],
+            "failed_fingerprint": [state.failed_fingerprint],
+            "failed_at_ns": np.array([state.failed_at_ns], dtype=np.uint64),
+            "reason": [state.reason[:2000]],
+        },
+    )
 
 
 def rollout_pops(store: Store) -> list[str]:
@@ -169,9 +196,16 @@ def known_pops(store: Store) -> list[str]:
 
 def _report(row: Sequence[Any]) -> HostReport:
     return HostReport(
-        host=str(row[0]), version=_int(row[1]), applied_version=_int(row[2]), result=str(row[3]),
-        errors=_strings(row[4]), mem_available_bytes=_int(row[5]), load1=_float(row[6]),
-        available_cc=_strings(row[7]), reported_ns=_int(row[8]), received_ns=_int(row[9]),
+        host=str(row[0]),
+        version=_int(row[1]),
+        applied_version=_int(row[2]),
+        result=str(row[3]),
+        errors=_strings(row[4]),
+        mem_available_bytes=_int(row[5]),
+        load1=_float(row[6]),
+        available_cc=_strings(row[7]),
+        reported_ns=_int(row[8]),
+        received_ns=_int(row[9]),
     )
 
 
@@ -185,15 +219,20 @@ def reports_since(store: Store, pop: str, since_ns: int) -> list[HostReport]:
     return [_report(r) for r in rows]
 
 
-def p10_window(store: Store, pop: str, hosts: Sequence[str], start_ns: int, end_ns: int,
-               prefixes: Sequence[str] | None = None) -> WindowStats:
+def p10_window(
+    store: Store, pop: str, hosts: Sequence[str], start_ns: int, end_ns: int, prefixes: Sequence[str] | None = None
+) -> WindowStats:
     """Samples and p10 delivery rate of the hosts' qualifying flows in [start_ns, end_ns)."""
     if not hosts or end_ns <= start_ns:
         return WindowStats(0, 0.0)
     sql = sql_files.query("rollout_p10")
     params: dict[str, Any] = {
-        "pop": pop, "hosts": list(hosts), "start_ns": start_ns, "end_ns": end_ns,
-        "start_s": start_ns // 10**9, "end_s": end_ns // 10**9 + 1,
+        "pop": pop,
+        "hosts": list(hosts),
+        "start_ns": start_ns,
+        "end_ns": end_ns,
+        "start_s": start_ns // 10**9,
+        "end_s": end_ns // 10**9 + 1,
     }
     if prefixes is not None:
         if not prefixes:

@@ -19,18 +19,18 @@ class ScoringConfigError(ValueError):
 class ScoringConfig:
     bucket_seconds: int = ROLLUP_BUCKET_SECONDS
     lookback_seconds: int = 3 * 3600
-    min_bytes: int = ROLLUP_MIN_BYTES        # a flow qualifies when bytes_acked > min_bytes
-    min_samples: int = 5                     # qualifying samples for a prefix to count in a bucket
-    threshold_quantile: float = 0.2          # per (pop, bucket) threshold over prefix statistics
-    min_buckets: int = 12                    # counted buckets needed to be scored
+    min_bytes: int = ROLLUP_MIN_BYTES  # a flow qualifies when bytes_acked > min_bytes
+    min_samples: int = 5  # qualifying samples for a prefix to count in a bucket
+    threshold_quantile: float = 0.2  # per (pop, bucket) threshold over prefix statistics
+    min_buckets: int = 12  # counted buckets needed to be scored
     min_duty: float = 0.6
     max_flap: float = 0.3
-    min_rtt_ms: float = 10.0                 # below: low-RTT prefix, stays on CUBIC
+    min_rtt_ms: float = 10.0  # below: low-RTT prefix, stays on CUBIC
     holdout_fraction: float = 0.10
     holdout_salt: str = "dyncc-holdout-v1"
     min_hold_seconds: int = 24 * 3600
     cooldown_seconds: int = 24 * 3600
-    revert_margin: float = 0.05              # effect must be worse by more than this fraction
+    revert_margin: float = 0.05  # effect must be worse by more than this fraction
     max_per_pop: int = 1000
     max_new_per_round: int = 100
     algorithm: str = "bbr"

@@ -57,7 +57,7 @@ EXPIRE_SECONDS_DEFAULT = 7 * 86400
 class PopSummary:
     pop: str
     scored: int
-    selected: int      # on BBR after the round (select + keep)
+    selected: int  # on BBR after the round (select + keep)
     new: int
     kept: int
     reverted: int
@@ -166,9 +166,7 @@ def decide(
     holdout_since[~holdout] = 0
 
     # The holdout group's change, per POP, over holdouts held at least min_hold.
-    mature_holdout = (
-        holdout & ~new_holdout & (now - holdout_since >= cfg.min_hold_seconds) & np.isfinite(effect)
-    )
+    mature_holdout = holdout & ~new_holdout & (now - holdout_since >= cfg.min_hold_seconds) & np.isfinite(effect)
     holdout_change = np.full(n, math.nan)
     for pop in np.unique(pops):
         in_pop = pops == pop
@@ -211,12 +209,26 @@ def decide(
 
     # plain lists: formatting numpy scalars one by one is slow at 200k prefixes
     lists = {
-        "decision": decision, "held": held, "effect": effect, "baseline": baseline, "low": low,
-        "selected_since": selected_since, "revert_effect": revert_effect, "last_seen": last_seen,
-        "candidate": candidate, "rtt": rtt, "holdout_change": holdout_change, "scored": scored,
-        "in_cooldown": in_cooldown, "cooldown_until": cooldown_until, "counted": counted,
-        "eligible": eligible, "low_rtt": low_rtt, "capped": capped,
-        "qualifying": df["qualifying"].to_numpy(), "low_rtt_buckets": df["low_rtt_buckets"].to_numpy(),
+        "decision": decision,
+        "held": held,
+        "effect": effect,
+        "baseline": baseline,
+        "low": low,
+        "selected_since": selected_since,
+        "revert_effect": revert_effect,
+        "last_seen": last_seen,
+        "candidate": candidate,
+        "rtt": rtt,
+        "holdout_change": holdout_change,
+        "scored": scored,
+        "in_cooldown": in_cooldown,
+        "cooldown_until": cooldown_until,
+        "counted": counted,
+        "eligible": eligible,
+        "low_rtt": low_rtt,
+        "capped": capped,
+        "qualifying": df["qualifying"].to_numpy(),
+        "low_rtt_buckets": df["low_rtt_buckets"].to_numpy(),
     }
     v: dict[str, list[Any]] = {k: np.asarray(a).tolist() for k, a in lists.items()}
     duty_s = [
@@ -224,18 +236,17 @@ def decide(
         for du, fl, c in zip(duty.tolist(), flap.tolist(), v["counted"], strict=True)
     ]
     for i in range(n):
-        d = v['decision'][i]
+        d = v["decision"][i]
         if d == SELECT:
             reason[i] = (
                 f"candidate: {duty_s[i]}, min_rtt {v['rtt'][i]:.1f} ms; baseline low rate {_fmt_rate(v['low'][i])}"
             )
         elif d == KEEP:
-            if v['held'][i]:
+            if v["held"][i]:
                 reason[i] = (
-                    f"min hold: on BBR {_fmt_hours(now - v['selected_since'][i])} of "
-                    f"{_fmt_hours(cfg.min_hold_seconds)}"
+                    f"min hold: on BBR {_fmt_hours(now - v['selected_since'][i])} of {_fmt_hours(cfg.min_hold_seconds)}"
                 )
-            elif not math.isfinite(v['effect'][i]):
+            elif not math.isfinite(v["effect"][i]):
                 reason[i] = "effect not measurable this round (too little data); stays on BBR"
             else:
                 reason[i] = (
@@ -243,7 +254,7 @@ def decide(
                     f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f})"
                 )
         elif d == REVERT:
-            if v['revert_effect'][i]:
+            if v["revert_effect"][i]:
                 reason[i] = (
                     f"negative effect: low rate {_fmt_rate(v['baseline'][i])} -> {_fmt_rate(v['low'][i])} "
                     f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f}); cooldown "
@@ -252,10 +263,8 @@ def decide(
             else:
                 reason[i] = f"no traffic for {_fmt_hours(now - v['last_seen'][i])}: released"
         elif d == HOLDOUT:
-            what = "candidate" if v['candidate'][i] else "earlier candidate"
-            reason[i] = (
-                f"holdout (control group, {cfg.holdout_fraction:.0%} by hash): {what}, {duty_s[i]}"
-            )
+            what = "candidate" if v["candidate"][i] else "earlier candidate"
+            reason[i] = f"holdout (control group, {cfg.holdout_fraction:.0%} by hash): {what}, {duty_s[i]}"
         else:
             reason[i] = _skip_reason(i, v, duty_s, cfg, now)
 
@@ -282,8 +291,7 @@ def _skip_reason(i: int, v: dict[str, list[Any]], duty_s: list[str], cfg: Scorin
         return f"cooldown after a revert: {_fmt_hours(v['cooldown_until'][i] - now)} left"
     if v["capped"][i]:
         return (
-            f"capped: candidate ({duty_s[i]}) but max {cfg.max_new_per_round} new per round, "
-            f"{cfg.max_per_pop} per POP"
+            f"capped: candidate ({duty_s[i]}) but max {cfg.max_new_per_round} new per round, {cfg.max_per_pop} per POP"
         )
     if v["in_cooldown"][i]:
         return f"cooldown after a revert: {_fmt_hours(v['cooldown_until'][i] - now)} left"

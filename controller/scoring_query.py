@@ -194,9 +194,7 @@ def prefixes_sql(keys: list[CacheKey]) -> str:
     return _sql("scoring_prefixes").replace("{timeline}", timeline_sql(keys))
 
 
-def score_prefixes(
-    store: Store, cfg: ScoringConfig, window: Window, pop: str, keys: list[CacheKey]
-) -> pd.DataFrame:
+def score_prefixes(store: Store, cfg: ScoringConfig, window: Window, pop: str, keys: list[CacheKey]) -> pd.DataFrame:
     """One row per (pop, prefix) seen in the window (sql/queries/scoring_prefixes.sql)."""
     if not keys:
         return normalize_scores(None)
@@ -219,8 +217,7 @@ def drop_old_cache(store: Store, window: Window, keep_days: int = 2) -> None:
     """Drop scoring_buckets partitions (days) older than the window minus keep_days."""
     cutoff = (window.start - dt.timedelta(days=keep_days)).strftime("%Y%m%d")
     rows = store.query_rows(
-        "SELECT DISTINCT partition FROM system.parts WHERE database = %(db)s "
-        "AND table = 'scoring_buckets' AND active",
+        "SELECT DISTINCT partition FROM system.parts WHERE database = %(db)s AND table = 'scoring_buckets' AND active",
         {"db": store.database},
     )
     for (partition,) in rows:
@@ -252,8 +249,10 @@ def normalize_scores(df: pd.DataFrame | None) -> pd.DataFrame:
     import pandas as pd
 
     out = pd.DataFrame(
-        {name: (df[name] if df is not None and name in df else pd.Series([], dtype=t))
-         for name, t in SCORE_COLUMNS.items()}
+        {
+            name: (df[name] if df is not None and name in df else pd.Series([], dtype=t))
+            for name, t in SCORE_COLUMNS.items()
+        }
     )
     for name, dtype in SCORE_COLUMNS.items():
         if dtype == "object":

@@ -69,9 +69,7 @@ def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -
             )
             for r in chosen.to_dict("records")
         ]
-        states.append(
-            DesiredState(pop=str(pop), round_id=round_id, round_time_ns=round_time_ns, entries=entries)
-        )
+        states.append(DesiredState(pop=str(pop), round_id=round_id, round_time_ns=round_time_ns, entries=entries))
     return states
 
 

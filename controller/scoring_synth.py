@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 MB = 1_000_000
 GOOD_RATE = (8 * MB, 20 * MB)  # normal prefixes: uniform per sample
-BAD_RATE = (1 * MB, 2 * MB)    # well below any 20th percentile of the normal ones
+BAD_RATE = (1 * MB, 2 * MB)  # well below any 20th percentile of the normal ones
 
 
 @dataclass(frozen=True)

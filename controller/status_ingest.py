@@ -144,21 +144,22 @@ class StatusIngestor:
     def _consumer(self) -> Any:
         from confluent_kafka import Consumer
 
-        return Consumer({
-            "bootstrap.servers": self.brokers,
-            "group.id": self.group_id,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 100,
-            "socket.timeout.ms": int(self.timeout * 1000),
-        })
+        return Consumer(
+            {
+                "bootstrap.servers": self.brokers,
+                "group.id": self.group_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 100,
+                "socket.timeout.ms": int(self.timeout * 1000),
+            }
+        )
 
     def ingest(self, store: Store) -> IngestResult:
         from confluent_kafka import KafkaException, TopicPartition
 
         if not self._topic_checked:
-            ensure_topic(self.brokers, self.topic, compact=False, timeout=self.timeout,
-                         retention_ms=7 * 86400 * 1000)
+            ensure_topic(self.brokers, self.topic, compact=False, timeout=self.timeout, retention_ms=7 * 86400 * 1000)
             self._topic_checked = True
         consumer = self._consumer()
         result = IngestResult()
@@ -171,8 +172,9 @@ class StatusIngestor:
             committed = consumer.committed(partitions, timeout=self.timeout)
             assign, high_marks = [], {}
             for tp in committed:
-                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition),
-                                                           timeout=self.timeout)
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, tp.partition), timeout=self.timeout
+                )
                 start = tp.offset if tp.offset >= 0 else low
                 start = max(start, low)
                 if start < high:
@@ -195,8 +197,9 @@ class StatusIngestor:
             batch = status_rows(messages, time.time_ns())
             result.read, result.malformed = len(messages), batch.malformed
             result.inserted = insert_status_rows(store, batch.rows)
-            consumer.commit(offsets=[TopicPartition(self.topic, p, o) for p, o in next_offsets.items()],
-                            asynchronous=False)
+            consumer.commit(
+                offsets=[TopicPartition(self.topic, p, o) for p, o in next_offsets.items()], asynchronous=False
+            )
             if batch.malformed:
                 log.warning("skipped %d malformed status reports on %s", batch.malformed, self.topic)
             return result

@@ -222,7 +222,10 @@ class ClickHouseStore(Store):
 
         rendered = sql_params.render(sql, params)
         rows, types = self._run(
-            self._client.execute, rendered, with_column_types=True, columnar=True,
+            self._client.execute,
+            rendered,
+            with_column_types=True,
+            columnar=True,
             settings={"use_numpy": True},
         )
         names = [name for name, _ in types]
@@ -274,8 +277,7 @@ class ChdbStore(Store):
                 ChdbStore._session_path = url.path
             elif ChdbStore._session_path != url.path:
                 raise StoreError(
-                    f"chDB is already open at {ChdbStore._session_path} in this process; "
-                    f"cannot also open {url.path}"
+                    f"chDB is already open at {ChdbStore._session_path} in this process; cannot also open {url.path}"
                 )
         self._version: Version | None = None
         self.ensure_database()

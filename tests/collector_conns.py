@@ -38,6 +38,7 @@ def serve(ports: list[int]) -> None:
             listeners.append(s)
     held: list[socket.socket] = []
     print("ready", flush=True)
+
     def close_on_eof() -> None:
         sys.stdin.read()
         sel.close()

@@ -19,17 +19,15 @@ from controller.store import Store
 
 HOURS = 3
 # Recent times: the tables have TTLs (30 days raw) that would drop old synthetic rows on chDB.
-T0 = dt.datetime.now(dt.UTC).replace(tzinfo=None, minute=0, second=0, microsecond=0) - dt.timedelta(
-    hours=HOURS + 2
-)
+T0 = dt.datetime.now(dt.UTC).replace(tzinfo=None, minute=0, second=0, microsecond=0) - dt.timedelta(hours=HOURS + 2)
 T_SELECT = T0 + dt.timedelta(hours=1, minutes=30)
 POPS = ("lax", "ord")
 PREFIXES_PER_POP = 8
-SLOW = (0, 1, 2)          # consistently slow prefixes (index within the POP)
-TREATED = (0, 1)          # selected for BBR at T_SELECT
-HOLDOUT = (2,)            # slow, kept on CUBIC as the control group
-LATE_SELECT = 3           # lax only: selected one round later (a second "new" bar)
-SMALL_EVERY = 4           # every 4th minute the flow is small (< 100 KB): not qualifying
+SLOW = (0, 1, 2)  # consistently slow prefixes (index within the POP)
+TREATED = (0, 1)  # selected for BBR at T_SELECT
+HOLDOUT = (2,)  # slow, kept on CUBIC as the control group
+LATE_SELECT = 3  # lax only: selected one round later (a second "new" bar)
+SMALL_EVERY = 4  # every 4th minute the flow is small (< 100 KB): not qualifying
 
 
 def prefix_of(pop_index: int, i: int) -> str:
@@ -40,7 +38,7 @@ def prefix_of(pop_index: int, i: int) -> str:
 
 @dataclass
 class Synth:
-    buckets: int                                   # 5-minute buckets with qualifying data per POP
+    buckets: int  # 5-minute buckets with qualifying data per POP
     tcpinfo_rows: int
     rounds: list[dt.datetime] = field(default_factory=list)
     new_per_round: dict[tuple[str, dt.datetime], int] = field(default_factory=dict)
@@ -57,10 +55,25 @@ def rate_for(i: int, minute_time: dt.datetime) -> float:
 def insert(store: Store) -> Synth:
     rng = np.random.default_rng(7)
     minutes = HOURS * 60
-    cols: dict[str, list] = {k: [] for k in (
-        "time", "time_ns", "pop", "host", "prefix", "family", "cc", "cookie",
-        "bytes_acked", "delivery_rate", "min_rtt", "busy_time", "bytes_sent", "bytes_retrans",
-    )}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "time",
+            "time_ns",
+            "pop",
+            "host",
+            "prefix",
+            "family",
+            "cc",
+            "cookie",
+            "bytes_acked",
+            "delivery_rate",
+            "min_rtt",
+            "busy_time",
+            "bytes_sent",
+            "bytes_retrans",
+        )
+    }
     cookie = 1
     for p, pop in enumerate(POPS):
         for i in range(PREFIXES_PER_POP):
@@ -91,7 +104,9 @@ def insert(store: Store) -> Synth:
     arrays: dict[str, Any] = {
         "time": np.array(cols["time"], dtype="datetime64[s]"),
         "time_ns": np.array(cols["time_ns"], dtype=np.uint64),
-        "pop": cols["pop"], "host": cols["host"], "prefix": cols["prefix"],
+        "pop": cols["pop"],
+        "host": cols["host"],
+        "prefix": cols["prefix"],
         "family": np.array(cols["family"], dtype=np.uint8),
         "cc": cols["cc"],
         "cookie": np.array(cols["cookie"], dtype=np.uint64),
@@ -110,9 +125,19 @@ def insert(store: Store) -> Synth:
 
 
 def _insert_selections(store: Store, synth: Synth) -> None:
-    sel: dict[str, list] = {k: [] for k in (
-        "round_id", "round_time", "pop", "prefix", "family", "duty_cycle", "flap_ratio", "decision",
-    )}
+    sel: dict[str, list] = {
+        k: []
+        for k in (
+            "round_id",
+            "round_time",
+            "pop",
+            "prefix",
+            "family",
+            "duty_cycle",
+            "flap_ratio",
+            "decision",
+        )
+    }
     t = T0 + dt.timedelta(hours=1)
     end = T0 + dt.timedelta(hours=HOURS)
     late = T_SELECT + dt.timedelta(minutes=30)
@@ -140,15 +165,19 @@ def _insert_selections(store: Store, synth: Synth) -> None:
                 sel["decision"].append(decision)
             synth.new_per_round[(pop, t)] = new
         t += dt.timedelta(minutes=15)
-    store.insert_columns("selections", {
-        "round_id": sel["round_id"],
-        "round_time": np.array(sel["round_time"], dtype="datetime64[s]"),
-        "pop": sel["pop"], "prefix": sel["prefix"],
-        "family": np.array(sel["family"], dtype=np.uint8),
-        "duty_cycle": np.array(sel["duty_cycle"], dtype=np.float64),
-        "flap_ratio": np.array(sel["flap_ratio"], dtype=np.float64),
-        "decision": sel["decision"],
-    })
+    store.insert_columns(
+        "selections",
+        {
+            "round_id": sel["round_id"],
+            "round_time": np.array(sel["round_time"], dtype="datetime64[s]"),
+            "pop": sel["pop"],
+            "prefix": sel["prefix"],
+            "family": np.array(sel["family"], dtype=np.uint8),
+            "duty_cycle": np.array(sel["duty_cycle"], dtype=np.float64),
+            "flap_ratio": np.array(sel["flap_ratio"], dtype=np.float64),
+            "decision": sel["decision"],
+        },
+    )
 
 
 def _insert_configs(store: Store, synth: Synth) -> None:
@@ -163,11 +192,14 @@ def _insert_configs(store: Store, synth: Synth) -> None:
     for created, pop, _, status, _ in rows:
         if status == "published":
             synth.published.setdefault(pop, []).append(created)
-    store.insert_columns("config_versions", {
-        "created_at": np.array([r[0] for r in rows], dtype="datetime64[s]"),
-        "pop": [r[1] for r in rows],
-        "version": np.array([r[2] for r in rows], dtype=np.uint64),
-        "status": [r[3] for r in rows],
-        "entries": np.array([r[4] for r in rows], dtype=np.uint32),
-        "kill_switch": np.zeros(len(rows), dtype=np.uint8),
-    })
+    store.insert_columns(
+        "config_versions",
+        {
+            "created_at": np.array([r[0] for r in rows], dtype="datetime64[s]"),
+            "pop": [r[1] for r in rows],
+            "version": np.array([r[2] for r in rows], dtype=np.uint64),
+            "status": [r[3] for r in rows],
+            "entries": np.array([r[4] for r in rows], dtype=np.uint32),
+            "kill_switch": np.zeros(len(rows), dtype=np.uint8),
+        },
+    )

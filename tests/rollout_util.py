@@ -30,14 +30,24 @@ def make_keys(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def desired(pop: str, prefixes: list[str], algorithm: str = "bbr", round_id: str = "r") -> DesiredState:
-    return DesiredState(pop=pop, round_id=round_id, round_time_ns=time.time_ns(), entries=[
-        DesiredEntry(p, algorithm, 0.6, 0.1, 2e6, 30.0, "select: duty 0.60") for p in prefixes])
+    return DesiredState(
+        pop=pop,
+        round_id=round_id,
+        round_time_ns=time.time_ns(),
+        entries=[DesiredEntry(p, algorithm, 0.6, 0.1, 2e6, 30.0, "select: duty 0.60") for p in prefixes],
+    )
 
 
 def read_topic(brokers: str, topic: str, timeout: float = 20.0) -> list[tuple[str, bytes]]:
     """Every (key, value) on the topic, partition by partition, up to the high watermark."""
-    consumer = Consumer({"bootstrap.servers": brokers, "group.id": f"reader-{time.time_ns()}",
-                         "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": brokers,
+            "group.id": f"reader-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 50,
+        }
+    )
     out: list[tuple[str, bytes]] = []
     try:
         meta = consumer.list_topics(topic, timeout=timeout)
@@ -63,13 +73,30 @@ def read_configs(brokers: str, topic: str) -> list[tuple[str, CongestionConfig]]
     return [(k, CongestionConfig.FromString(v)) for k, v in read_topic(brokers, topic)]
 
 
-def status(host: str, version: int, applied: int, result: int = ApplyStatus.APPLIED, *, pop: str = "lax",
-           mem: int = 8 * 2**30, load: float = 0.5, errors: tuple[str, ...] = (),
-           cc: tuple[str, ...] = ("bbr", "cubic", "reno")) -> ApplyStatus:
-    return ApplyStatus(host=host, pop=pop, version=version, applied_version=applied, result=result,  # type: ignore[arg-type]
-                       errors=list(errors), reported_at_ns=time.time_ns(),
-                       health=HostHealth(mem_available_bytes=mem, load1=load, load5=load, tcp_sockets=10,
-                                         available_congestion_controls=list(cc)))
+def status(
+    host: str,
+    version: int,
+    applied: int,
+    result: int = ApplyStatus.APPLIED,
+    *,
+    pop: str = "lax",
+    mem: int = 8 * 2**30,
+    load: float = 0.5,
+    errors: tuple[str, ...] = (),
+    cc: tuple[str, ...] = ("bbr", "cubic", "reno"),
+) -> ApplyStatus:
+    return ApplyStatus(
+        host=host,
+        pop=pop,
+        version=version,
+        applied_version=applied,
+        result=result,  # type: ignore[arg-type]
+        errors=list(errors),
+        reported_at_ns=time.time_ns(),
+        health=HostHealth(
+            mem_available_bytes=mem, load1=load, load5=load, tcp_sockets=10, available_congestion_controls=list(cc)
+        ),
+    )
 
 
 def produce(brokers: str, topic: str, items: list[ApplyStatus | bytes]) -> None:

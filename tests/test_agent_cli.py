@@ -29,13 +29,25 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
 
 
 def dyncc(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "controller.cli", "agent", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "controller.cli", "agent", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def once_args(lab: Lab, path: Path) -> list[str]:
-    return ["--from-file", str(path), "--once", "--pop", POP, "--public-key", str(lab.public_key_path),
-            "--netns", lab.edge, "--state-dir", str(lab.state_dir)]
+    return [
+        "--from-file",
+        str(path),
+        "--once",
+        "--pop",
+        POP,
+        "--public-key",
+        str(lab.public_key_path),
+        "--netns",
+        lab.edge,
+        "--state-dir",
+        str(lab.state_dir),
+    ]
 
 
 def test_from_file_once_end_to_end(lab: Lab, tmp_path: Path) -> None:
@@ -95,9 +107,10 @@ def test_kafka_mode_latest_config_route_events_kill_switch_and_sigterm(
 ) -> None:
     config_topic, status_topic = f"{kafka_topic}_cfg", f"{kafka_topic}_status"
     admin = AdminClient({"bootstrap.servers": kafka_brokers})
-    topics = [NewTopic(config_topic, num_partitions=2, replication_factor=1,
-                       config={"cleanup.policy": "compact"}),
-              NewTopic(status_topic, num_partitions=1, replication_factor=1)]
+    topics = [
+        NewTopic(config_topic, num_partitions=2, replication_factor=1, config={"cleanup.policy": "compact"}),
+        NewTopic(status_topic, num_partitions=1, replication_factor=1),
+    ]
     for future in admin.create_topics(topics).values():
         future.result(timeout=30)
     producer = Producer({"bootstrap.servers": kafka_brokers})
@@ -112,8 +125,14 @@ def test_kafka_mode_latest_config_route_events_kill_switch_and_sigterm(
     publish(POP, lab.config(2, ["198.51.100.0/24", "2001:db8:100::/56"]).SerializeToString())
 
     statuses: list[ApplyStatus] = []
-    consumer = Consumer({"bootstrap.servers": kafka_brokers, "group.id": f"g-{status_topic}",
-                         "auto.offset.reset": "earliest", "fetch.queue.backoff.ms": 10})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_brokers,
+            "group.id": f"g-{status_topic}",
+            "auto.offset.reset": "earliest",
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
     consumer.subscribe([status_topic])
 
     def wait_for(pred: Callable[[], bool], what: str, timeout: float = 30) -> None:
@@ -133,11 +152,36 @@ def test_kafka_mode_latest_config_route_events_kill_switch_and_sigterm(
 
     port = free_port()
     agent = subprocess.Popen(
-        [sys.executable, "-m", "controller.cli", "agent", "--kafka", kafka_brokers, "--pop", POP,
-         "--public-key", str(lab.public_key_path), "--netns", lab.edge, "--state-dir", str(lab.state_dir),
-         "--config-topic", config_topic, "--status-topic", status_topic, "--host", "edge-1",
-         "--reconcile-every", "1h", "--metrics-port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "agent",
+            "--kafka",
+            kafka_brokers,
+            "--pop",
+            POP,
+            "--public-key",
+            str(lab.public_key_path),
+            "--netns",
+            lab.edge,
+            "--state-dir",
+            str(lab.state_dir),
+            "--config-topic",
+            config_topic,
+            "--status-topic",
+            status_topic,
+            "--host",
+            "edge-1",
+            "--reconcile-every",
+            "1h",
+            "--metrics-port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(reported(2), "v2 applied")
         assert not any(s.version == 1 for s in statuses)  # latest wins on catch-up

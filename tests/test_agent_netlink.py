@@ -22,18 +22,47 @@ from collector.agent_netlink import (
 
 
 def test_route_round_trip_v4_and_v6() -> None:
-    data = encode_route(7, RTM_NEWROUTE, 0, family=socket.AF_INET, dst="198.51.100.0", dst_len=24, proto=250,
-                        gateway="192.0.2.1", oif=3, prefsrc="192.0.2.2", metrics=((2, 1400),),
-                        lock=CC_ALGO_LOCK_BIT, cc_algo="bbr")
-    (msg_type, _flags, seq, payload), = list(iter_messages(memoryview(data)))
+    data = encode_route(
+        7,
+        RTM_NEWROUTE,
+        0,
+        family=socket.AF_INET,
+        dst="198.51.100.0",
+        dst_len=24,
+        proto=250,
+        gateway="192.0.2.1",
+        oif=3,
+        prefsrc="192.0.2.2",
+        metrics=((2, 1400),),
+        lock=CC_ALGO_LOCK_BIT,
+        cc_algo="bbr",
+    )
+    ((msg_type, _flags, seq, payload),) = list(iter_messages(memoryview(data)))
     assert (msg_type, seq) == (RTM_NEWROUTE, 7)
     rec = parse_route(payload)
     assert rec is not None
     assert (rec.prefix, rec.gateway, rec.oif, rec.prefsrc, rec.proto, rec.table) == (
-        "198.51.100.0/24", "192.0.2.1", 3, "192.0.2.2", 250, 254)
+        "198.51.100.0/24",
+        "192.0.2.1",
+        3,
+        "192.0.2.2",
+        250,
+        254,
+    )
     assert (rec.metrics, rec.lock, rec.cc_algo) == (((2, 1400),), CC_ALGO_LOCK_BIT, "bbr")
-    data6 = encode_route(8, RTM_NEWROUTE, 0, family=socket.AF_INET6, dst="2001:db8:100::", dst_len=56,
-                         proto=250, gateway="2001:db8:1::1", priority=1024, nh_id=None, cc_algo="cubic")
+    data6 = encode_route(
+        8,
+        RTM_NEWROUTE,
+        0,
+        family=socket.AF_INET6,
+        dst="2001:db8:100::",
+        dst_len=56,
+        proto=250,
+        gateway="2001:db8:1::1",
+        priority=1024,
+        nh_id=None,
+        cc_algo="cubic",
+    )
     rec6 = parse_route(next(iter_messages(memoryview(data6)))[3])
     assert rec6 is not None
     assert (rec6.prefix, rec6.priority, rec6.cc_algo, rec6.lock) == ("2001:db8:100::/56", 1024, "cubic", 0)

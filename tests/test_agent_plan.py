@@ -32,12 +32,33 @@ OURS = 250
 V4, V6 = socket.AF_INET, socket.AF_INET6
 
 
-def rec(prefix: str, *, proto: int = 4, gateway: str | None = None, oif: int | None = 2,
-        cc: str | None = None, priority: int | None = None, rtype: int = 1, **kw) -> RouteRecord:
+def rec(
+    prefix: str,
+    *,
+    proto: int = 4,
+    gateway: str | None = None,
+    oif: int | None = 2,
+    cc: str | None = None,
+    priority: int | None = None,
+    rtype: int = 1,
+    **kw,
+) -> RouteRecord:
     dst, length = prefix.split("/")
     family = V6 if ":" in dst else V4
-    return RouteRecord(family=family, dst=dst, dst_len=int(length), table=254, proto=proto, scope=0,
-                       rtype=rtype, gateway=gateway, oif=oif, cc_algo=cc, priority=priority, **kw)
+    return RouteRecord(
+        family=family,
+        dst=dst,
+        dst_len=int(length),
+        table=254,
+        proto=proto,
+        scope=0,
+        rtype=rtype,
+        gateway=gateway,
+        oif=oif,
+        cc_algo=cc,
+        priority=priority,
+        **kw,
+    )
 
 
 def table() -> list[RouteRecord]:
@@ -80,14 +101,26 @@ def test_foreign_route_for_same_prefix_is_a_conflict_and_unusable_covers_are_ski
     assert plan.add == [] and plan.target == {}
     no_v6 = [r for r in table() if r.family == V4]
     assert make_plan(split_table(no_v6, OURS), wanted("2001:db8:5::/56")).skipped == {
-        "2001:db8:5::/56": "no covering route"}
+        "2001:db8:5::/56": "no covering route"
+    }
 
 
 def test_owned_routes_keep_follow_and_go() -> None:
     first = make_plan(split_table(table(), OURS), wanted("198.51.100.0/24", "2001:db8:100::/56"))
-    installed = [replace(rec(r.prefix, proto=OURS, gateway=r.nexthop.gateway, oif=r.nexthop.oif, cc="bbr",
-                                 priority=r.nexthop.priority, metrics=r.nexthop.metrics))
-                 for r in first.target.values()]
+    installed = [
+        replace(
+            rec(
+                r.prefix,
+                proto=OURS,
+                gateway=r.nexthop.gateway,
+                oif=r.nexthop.oif,
+                cc="bbr",
+                priority=r.nexthop.priority,
+                metrics=r.nexthop.metrics,
+            )
+        )
+        for r in first.target.values()
+    ]
     view = split_table(table() + installed, OURS)
     assert set(view.owned) == {"198.51.100.0/24", "2001:db8:100::/56"}
     same = make_plan(view, wanted("198.51.100.0/24", "2001:db8:100::/56"))
@@ -143,8 +176,13 @@ def cfg(version: int = 5, pop: str = "lax", *entries: tuple[str, str]) -> Conges
 
 def test_check_config_verdicts(keys) -> None:
     signed = sign(cfg(5), keys)
-    base: dict[str, Any] = {"pop": "lax", "host": "edge-1", "signature_error": None, "applied_version": 4,
-                            "applied_signature": b""}
+    base: dict[str, Any] = {
+        "pop": "lax",
+        "host": "edge-1",
+        "signature_error": None,
+        "applied_version": 4,
+        "applied_signature": b"",
+    }
     assert check_config(signed, **base).action == ACCEPT
     assert check_config(cfg(5), **base).reason == "unsigned"
     assert check_config(signed, **{**base, "signature_error": "bad"}).reason == "bad_signature"
@@ -162,10 +200,16 @@ def test_check_config_verdicts(keys) -> None:
     assert check_config(wave, **{**base, "pop": "fra"}).reason == "wrong_pop"
 
 
-@pytest.mark.parametrize("prefix,why", [
-    ("198.51.100.1/24", "bad prefix"), ("2001:db8:0:100:0::/56", "not canonical"),
-    ("0.0.0.0/0", "default route"), ("198.51.100.7/32", "host route"), ("nonsense", "bad prefix"),
-])
+@pytest.mark.parametrize(
+    "prefix,why",
+    [
+        ("198.51.100.1/24", "bad prefix"),
+        ("2001:db8:0:100:0::/56", "not canonical"),
+        ("0.0.0.0/0", "default route"),
+        ("198.51.100.7/32", "host route"),
+        ("nonsense", "bad prefix"),
+    ],
+)
 def test_parse_wanted_rejects_bad_prefixes(prefix: str, why: str) -> None:
     with pytest.raises(InvalidConfig, match=why):
         parse_wanted(cfg(1, "lax", (prefix, "bbr")), ["bbr", "cubic"])
@@ -178,8 +222,10 @@ def test_parse_wanted_duplicates_algorithms_and_kill_switch() -> None:
         parse_wanted(cfg(1, "lax", ("198.51.100.0/24", "bbr2")), ["bbr", "cubic"])
     two = cfg(1, "lax", ("198.51.100.0/24", "bbr"), ("2001:db8:100::/56", "cubic"))
     ok = parse_wanted(two, ["bbr", "cubic"])
-    assert ok == {"198.51.100.0/24": Wanted("198.51.100.0/24", "bbr", False),
-                  "2001:db8:100::/56": Wanted("2001:db8:100::/56", "cubic", False)}
+    assert ok == {
+        "198.51.100.0/24": Wanted("198.51.100.0/24", "bbr", False),
+        "2001:db8:100::/56": Wanted("2001:db8:100::/56", "cubic", False),
+    }
     kill = cfg(2, "lax", ("198.51.100.0/24", "bbr"))
     kill.kill_switch = True
     assert parse_wanted(kill, ["bbr"]) == {}

@@ -57,18 +57,30 @@ class Lab:
         v6 = json.loads(self.sh("ip", "-j", "-6", "route", "show", "proto", "250"))
         return list(v4) + list(v6)
 
-    def config(self, version: int, prefixes: list[str], *, pop: str = POP, algo: str = "bbr",
-               signed: bool = True, kill: bool = False) -> CongestionConfig:
-        config = CongestionConfig(schema_version=1, pop=pop, version=version, kill_switch=kill,
-                                  round_id=f"r{version}")
+    def config(
+        self,
+        version: int,
+        prefixes: list[str],
+        *,
+        pop: str = POP,
+        algo: str = "bbr",
+        signed: bool = True,
+        kill: bool = False,
+    ) -> CongestionConfig:
+        config = CongestionConfig(schema_version=1, pop=pop, version=version, kill_switch=kill, round_id=f"r{version}")
         config.entries.extend(PrefixEntry(prefix=p, algorithm=algo, reason="test") for p in prefixes)
         return sign(config, load_private_key(self.private_key_path)) if signed else config
 
     def agent(self, table_cls: type[RouteTable] = RouteTable, **table_kw) -> Agent:
         table = table_cls(self.edge, **table_kw)
-        return Agent(pop=POP, host="edge-1", netns=self.edge,
-                     public_key=load_public_key(self.public_key_path),
-                     state=AgentState(self.state_dir, POP).load(), table=table)
+        return Agent(
+            pop=POP,
+            host="edge-1",
+            netns=self.edge,
+            public_key=load_public_key(self.public_key_path),
+            state=AgentState(self.state_dir, POP).load(),
+            table=table,
+        )
 
 
 @contextmanager
@@ -92,15 +104,17 @@ def build_lab(tmp_path: Path) -> Iterator[Lab]:
                 ns_sh(ns, "ip", "addr", "add", addr, "dev", dev, *extra)
         ns_sh(router, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
         ns_sh(edge, "ip", "route", "add", "default", "via", "192.0.2.1", "dev", "up0", "congctl", "cubic")
-        ns_sh(edge, "ip", "-6", "route", "add", "default", "via", "2001:db8:1::1", "dev", "up0",
-              "congctl", "cubic")
-        for ns, gw4, gw6 in ((client_a, "198.51.100.1", "2001:db8:100::1"),
-                             (client_b, "203.0.113.1", "2001:db8:200::1")):
+        ns_sh(edge, "ip", "-6", "route", "add", "default", "via", "2001:db8:1::1", "dev", "up0", "congctl", "cubic")
+        for ns, gw4, gw6 in (
+            (client_a, "198.51.100.1", "2001:db8:100::1"),
+            (client_b, "203.0.113.1", "2001:db8:200::1"),
+        ):
             ns_sh(ns, "ip", "route", "add", "default", "via", gw4)
             ns_sh(ns, "ip", "-6", "route", "add", "default", "via", gw6)
         generate_keypair(tmp_path / "signing.key", tmp_path / "signing.pub")
-        yield Lab(edge, router, client_a, client_b, tmp_path / "signing.key", tmp_path / "signing.pub",
-                  tmp_path / "state")
+        yield Lab(
+            edge, router, client_a, client_b, tmp_path / "signing.key", tmp_path / "signing.pub", tmp_path / "state"
+        )
 
 
 @pytest.fixture
@@ -149,13 +163,20 @@ SERVER = textwrap.dedent("""
 
 def accepted_algorithms(lab: Lab, family: str, listen: str, clients: list[tuple[str, str]]) -> dict[str, str]:
     """A server on the edge accepts one connection per (client ns, client address)."""
-    proc = subprocess.Popen(["ip", "netns", "exec", lab.edge, sys.executable, "-c", SERVER, family, listen,
-                             str(len(clients))], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", lab.edge, sys.executable, "-c", SERVER, family, listen, str(len(clients))],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         for ns, _addr in clients:
-            ns_sh(ns, sys.executable, "-c",
-                  f"import socket; socket.create_connection(({listen!r}, 8080), timeout=10).close()")
+            ns_sh(
+                ns,
+                sys.executable,
+                "-c",
+                f"import socket; socket.create_connection(({listen!r}, 8080), timeout=10).close()",
+            )
         result = dict(json.loads(proc.stdout.readline()) for _ in clients)
     finally:
         proc.kill()
@@ -181,11 +202,11 @@ def test_apply_200_prefixes_keeps_forwarding_and_sets_bbr(lab: Lab) -> None:
     assert after[address_in("198.51.100.0/24")] == ("192.0.2.1", "up0")
 
     # new connections from a selected prefix get bbr, from another prefix the default (cubic)
-    v4 = accepted_algorithms(lab, "4", "192.0.2.2", [(lab.client_a, "198.51.100.10"),
-                                                     (lab.client_b, "203.0.113.10")])
+    v4 = accepted_algorithms(lab, "4", "192.0.2.2", [(lab.client_a, "198.51.100.10"), (lab.client_b, "203.0.113.10")])
     assert v4 == {"198.51.100.10": "bbr", "203.0.113.10": "cubic"}
-    v6 = accepted_algorithms(lab, "6", "2001:db8:1::2", [(lab.client_a, "2001:db8:100::10"),
-                                                         (lab.client_b, "2001:db8:200::10")])
+    v6 = accepted_algorithms(
+        lab, "6", "2001:db8:1::2", [(lab.client_a, "2001:db8:100::10"), (lab.client_b, "2001:db8:200::10")]
+    )
     assert v6 == {"2001:db8:100::10": "bbr", "2001:db8:200::10": "cubic"}
 
     # the same config again (e.g. re-read from Kafka): unchanged, nothing written
@@ -237,8 +258,7 @@ def test_bad_configs_are_refused_and_change_nothing(lab: Lab) -> None:
         assert status.result == ApplyStatus.REFUSED, reason
         assert status.applied_version == 5 and status.errors and status.errors[0].startswith("refused")
         assert lab.owned_text() == before, reason
-        assert agent.metrics.registry.get_sample_value("dyncc_agent_configs_refused_total",
-                                                       {"reason": reason}) == 1
+        assert agent.metrics.registry.get_sample_value("dyncc_agent_configs_refused_total", {"reason": reason}) == 1
     status = agent.handle(wrong_key)
     assert status.result == ApplyStatus.REFUSED and "signature" in status.errors[0]
     # an equal version with different content is refused too
@@ -278,15 +298,17 @@ def test_owned_routes_follow_the_covering_gateway_and_stale_ones_go(lab: Lab) ->
     prefixes = ["198.51.100.0/24", "2001:db8:100::/56", "2001:db8:1000::/56"]
     assert agent.handle(lab.config(1, prefixes)).result == ApplyStatus.APPLIED
     lab.sh("ip", "route", "replace", "default", "via", "192.0.2.3", "dev", "up0", "congctl", "cubic")
-    lab.sh("ip", "-6", "route", "replace", "default", "via", "2001:db8:1::3", "dev", "up0",
-           "congctl", "cubic")
+    lab.sh("ip", "-6", "route", "replace", "default", "via", "2001:db8:1::3", "dev", "up0", "congctl", "cubic")
     # a stale owned route (e.g. left by a crashed earlier run) goes on reconcile
     lab.sh("ip", "route", "add", "192.0.2.128/25", "dev", "up0", "proto", "250", "congctl", "bbr")
     status = agent.reconcile("test")
     assert status.result == ApplyStatus.APPLIED, status.errors
     gateways = {r["dst"]: r.get("gateway") for r in lab.owned_json()}
-    assert gateways == {"198.51.100.0/24": "192.0.2.3", "2001:db8:100::/56": "2001:db8:1::3",
-                        "2001:db8:1000::/56": "2001:db8:1::3"}
+    assert gateways == {
+        "198.51.100.0/24": "192.0.2.3",
+        "2001:db8:100::/56": "2001:db8:1::3",
+        "2001:db8:1000::/56": "2001:db8:1::3",
+    }
     assert route_get(lab, ["198.51.100.10"])["198.51.100.10"] == ("192.0.2.3", "up0")
     # covering route gone -> the owned routes under it go (never a route to nowhere)
     lab.sh("ip", "-6", "route", "del", "default")
@@ -313,8 +335,11 @@ def test_health_counts_sockets_in_the_target_namespace(lab: Lab) -> None:
     from collector.agent_health import read_health
 
     assert read_health(lab.edge, 0).tcp_sockets == 0
-    proc = subprocess.Popen(["ip", "netns", "exec", lab.edge, sys.executable, "-c", SERVER, "6", "::", "1"],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", lab.edge, sys.executable, "-c", SERVER, "6", "::", "1"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         assert read_health(lab.edge, 3).tcp_sockets == 1

@@ -60,8 +60,9 @@ def test_unknown_key_is_a_config_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("text, fragment", [("pop = ", "not valid TOML"), (None, "cannot read config")])
-def test_bad_file_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | None,
-                                       fragment: str) -> None:
+def test_bad_file_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | None, fragment: str
+) -> None:
     cfg = tmp_path / "ingest.toml"
     if text is not None:
         cfg.write_text(text)

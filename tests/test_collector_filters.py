@@ -41,9 +41,7 @@ def test_client_prefixes() -> None:
 def test_excluded_networks_cover_defaults() -> None:
     nets = [
         (
-            n.network_address.packed
-            if n.version == 6
-            else b"\0" * 10 + b"\xff\xff" + n.network_address.packed,
+            n.network_address.packed if n.version == 6 else b"\0" * 10 + b"\xff\xff" + n.network_address.packed,
             n.prefixlen + (96 if n.version == 4 else 0),
         )
         for n in parse_networks(DEFAULT_EXCLUDES)

@@ -171,9 +171,7 @@ def private_broker() -> Iterator[tuple[str, dict[str, str]]]:
     if shutil.which("java") is None:
         pytest.skip("java not installed")
     stack = Path(f"/tmp/dcol-kafka-{uuid.uuid4().hex[:6]}")
-    env = dict(
-        os.environ, DYNCC_KAFKA_PORT="19292", DYNCC_KAFKA_CONTROLLER_PORT="19293", DYNCC_STACK_DIR=str(stack)
-    )
+    env = dict(os.environ, DYNCC_KAFKA_PORT="19292", DYNCC_KAFKA_CONTROLLER_PORT="19293", DYNCC_STACK_DIR=str(stack))
     subprocess.run(["bash", str(KAFKA_SH), "start"], env=env, check=True, capture_output=True, timeout=120)
     try:
         subprocess.run(["bash", str(KAFKA_SH), "wait"], env=env, check=True, capture_output=True, timeout=120)

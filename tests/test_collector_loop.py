@@ -125,9 +125,7 @@ def test_toml_then_flags(tmp_path: Path) -> None:
         (["--config", "/nonexistent/c.toml"], "cannot read config"),
     ],
 )
-def test_bad_values_exit_2_with_one_line(
-    argv: list[str], reason: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_bad_values_exit_2_with_one_line(argv: list[str], reason: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli_main(["collect", "--once", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and reason in err and err.startswith("dyncc collect:")
@@ -160,9 +158,7 @@ def test_stdout_sink_one_json_line_per_socket(tmp_path: Path) -> None:
     batches = Poller(cfg.poller).poll().batches
     rows = sum(decode_batch(b).row_count for b in batches)
     lines: list[str] = []
-    StdoutSink(CollectMetrics(prometheus=False), write=lambda s: lines.extend(s.splitlines())).send_poll(
-        batches
-    )
+    StdoutSink(CollectMetrics(prometheus=False), write=lambda s: lines.extend(s.splitlines())).send_poll(batches)
     assert len(lines) == rows
     for line in lines:
         obj = json.loads(line)

@@ -15,13 +15,16 @@ from controller.config_generate import (
 from controller.desired_state import DesiredEntry, DesiredState
 from schemas.congestion_pb2 import PrefixEntry
 
-PREFIXES = ["198.51.100.0/24", "2001:db8:0:100::/56", "192.0.2.0/24", "203.0.113.0/24", "2001:db8::/56",
-            "garbage"]
+PREFIXES = ["198.51.100.0/24", "2001:db8:0:100::/56", "192.0.2.0/24", "203.0.113.0/24", "2001:db8::/56", "garbage"]
 
 
 def _state(prefixes: list[str], algorithm: str = "bbr", duty: float = 0.5) -> DesiredState:
-    return DesiredState(pop="lax", round_id="r1", round_time_ns=1, entries=[
-        DesiredEntry(p, algorithm, duty, 0.1, 1e6, 20.0, "select") for p in prefixes])
+    return DesiredState(
+        pop="lax",
+        round_id="r1",
+        round_time_ns=1,
+        entries=[DesiredEntry(p, algorithm, duty, 0.1, 1e6, 20.0, "select") for p in prefixes],
+    )
 
 
 def test_generate_is_full_state_sorted_family_then_address() -> None:
@@ -29,8 +32,13 @@ def test_generate_is_full_state_sorted_family_then_address() -> None:
     assert config.version == 7 and config.pop == "lax" and config.round_id == "r1"
     assert config.created_at_ns == 123 and not config.kill_switch and not config.target_hosts
     assert [e.prefix for e in config.entries] == [
-        "192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/56", "2001:db8:0:100::/56",
-        "garbage"]
+        "192.0.2.0/24",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "2001:db8::/56",
+        "2001:db8:0:100::/56",
+        "garbage",
+    ]
     assert all(e.algorithm == "bbr" and e.duty_cycle == 0.5 for e in config.entries)
 
 
@@ -55,11 +63,12 @@ def test_lock_flag_and_target_hosts() -> None:
 
 
 def test_diff_added_removed_changed() -> None:
-    old = [entry_from_desired(e)
-           for e in _state(["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"]).entries]
-    new = [PrefixEntry(prefix="198.51.100.0/24", algorithm="cubic"),
-           PrefixEntry(prefix="203.0.113.0/24", algorithm="bbr", duty_cycle=0.9),
-           PrefixEntry(prefix="2001:db8::/56", algorithm="bbr")]
+    old = [entry_from_desired(e) for e in _state(["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"]).entries]
+    new = [
+        PrefixEntry(prefix="198.51.100.0/24", algorithm="cubic"),
+        PrefixEntry(prefix="203.0.113.0/24", algorithm="bbr", duty_cycle=0.9),
+        PrefixEntry(prefix="2001:db8::/56", algorithm="bbr"),
+    ]
     diff = diff_entries(old, new)
     assert diff.added == ["2001:db8::/56"]
     assert diff.removed == ["192.0.2.0/24"]

@@ -47,9 +47,13 @@ def test_sign_round_trip_and_tamper_detection(tmp_path: Path) -> None:
     assert config.key_id == signer.key_id and len(config.signature) == 64
     decoded = CongestionConfig.FromString(config.SerializeToString())
     verify(decoded, pub)
-    for mutate in (lambda c: setattr(c, "version", 4), lambda c: setattr(c, "pop", "fra"),
-                   lambda c: c.entries[0].__setattr__("algorithm", "cubic"),
-                   lambda c: c.target_hosts.append("edge-9"), lambda c: setattr(c, "key_id", "x")):
+    for mutate in (
+        lambda c: setattr(c, "version", 4),
+        lambda c: setattr(c, "pop", "fra"),
+        lambda c: c.entries[0].__setattr__("algorithm", "cubic"),
+        lambda c: c.target_hosts.append("edge-9"),
+        lambda c: setattr(c, "key_id", "x"),
+    ):
         tampered = CongestionConfig.FromString(config.SerializeToString())
         mutate(tampered)
         with pytest.raises(SignatureError, match="does not verify"):
@@ -70,8 +74,9 @@ def test_missing_key_is_a_config_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.kafka
-def test_kafka_sink_creates_compacted_topic_and_publishes_by_key(kafka_brokers: str, kafka_topic: str,
-                                                                 tmp_path: Path) -> None:
+def test_kafka_sink_creates_compacted_topic_and_publishes_by_key(
+    kafka_brokers: str, kafka_topic: str, tmp_path: Path
+) -> None:
     private, public = make_keys(tmp_path)
     signer = Signer.from_file(private)
     sink = KafkaConfigSink(kafka_brokers, kafka_topic)
@@ -84,8 +89,7 @@ def test_kafka_sink_creates_compacted_topic_and_publishes_by_key(kafka_brokers: 
     configs = admin.describe_configs([resource])[resource].result(timeout=20)
     assert configs["cleanup.policy"].value == "compact"
     got = read_configs(kafka_brokers, kafka_topic)
-    assert [(k, c.pop, c.version) for k, c in got] == [("lax", "lax", 1), ("lax/canary", "lax", 2),
-                                                        ("fra", "fra", 1)]
+    assert [(k, c.pop, c.version) for k, c in got] == [("lax", "lax", 1), ("lax/canary", "lax", 2), ("fra", "fra", 1)]
     for _, config in got:
         verify(config, load_public_key(public))
     with pytest.raises(PublishError, match="bad config key"):
@@ -106,24 +110,39 @@ def test_dir_sink_writes_atomically_one_file_per_pop_and_key(tmp_path: Path) -> 
 
 
 def _rows(store: Store, pop: str) -> list[tuple]:
-    return store.query_rows("SELECT version, status, kind, entries, reasons, config FROM config_versions "
-                            "WHERE pop = %(pop)s ORDER BY created_ns", {"pop": pop})
+    return store.query_rows(
+        "SELECT version, status, kind, entries, reasons, config FROM config_versions "
+        "WHERE pop = %(pop)s ORDER BY created_ns",
+        {"pop": pop},
+    )
 
 
 @pytest.mark.kafka
-def test_rejected_config_is_recorded_and_never_published(store: Store, kafka_brokers: str, kafka_topic: str,
-                                                         tmp_path: Path) -> None:
+def test_rejected_config_is_recorded_and_never_published(
+    store: Store, kafka_brokers: str, kafka_topic: str, tmp_path: Path
+) -> None:
     private, public = make_keys(tmp_path)
-    base = ["--kafka", kafka_brokers, "--config-topic", kafka_topic, "--status-topic", kafka_topic + "_st",
-            "--key", str(private), "--deny", "203.0.113.0/24"]
+    base = [
+        "--kafka",
+        kafka_brokers,
+        "--config-topic",
+        kafka_topic,
+        "--status-topic",
+        kafka_topic + "_st",
+        "--key",
+        str(private),
+        "--deny",
+        "203.0.113.0/24",
+    ]
     args = control_parser().parse_args(base)
     publish_round(store, [desired("lax", ["192.0.2.0/24", "198.51.100.0/24"])], args)
     published = read_configs(kafka_brokers, kafka_topic)
     assert [(k, c.version, len(c.entries), list(c.target_hosts)) for k, c in published] == [("lax", 1, 2, [])]
     verify(published[0][1], load_public_key(public))
 
-    bad = desired("lax", ["192.0.2.0/24", "198.51.100.0/24", "198.51.100.0/24", "203.0.113.0/24",
-                          "192.0.2.1/32", "10.1.0.0/16"])
+    bad = desired(
+        "lax", ["192.0.2.0/24", "198.51.100.0/24", "198.51.100.0/24", "203.0.113.0/24", "192.0.2.1/32", "10.1.0.0/16"]
+    )
     publish_round(store, [bad], args)
     assert len(read_topic(kafka_brokers, kafka_topic)) == 1  # nothing new on the topic
     rows = _rows(store, "lax")
@@ -143,10 +162,15 @@ def test_rejected_config_is_recorded_and_never_published(store: Store, kafka_bro
 def test_rejected_config_never_written_to_publish_dir(store: Store, tmp_path: Path) -> None:
     private, _ = make_keys(tmp_path)
     out = tmp_path / "cfg"
-    args = control_parser().parse_args(["--publish-dir", str(out), "--key", str(private),
-                                        "--max-per-pop", "2"])
-    publish_round(store, [desired("lax", ["192.0.2.0/24", "198.51.100.0/24"]),
-                          desired("fra", ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"])], args)
+    args = control_parser().parse_args(["--publish-dir", str(out), "--key", str(private), "--max-per-pop", "2"])
+    publish_round(
+        store,
+        [
+            desired("lax", ["192.0.2.0/24", "198.51.100.0/24"]),
+            desired("fra", ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"]),
+        ],
+        args,
+    )
     assert sorted(p.name for p in out.iterdir()) == ["lax.cfg"]
     assert CongestionConfig.FromString((out / "lax.cfg").read_bytes()).version == 1
     assert [(int(r[0]), r[1]) for r in _rows(store, "fra")] == [(1, "rejected")]
@@ -161,10 +185,10 @@ def test_publish_needs_key_and_destination(store: Store, tmp_path: Path) -> None
     from collector.daemon import ConfigError
 
     with pytest.raises(ConfigError, match="--key PRIVATE_PEM is required"):
-        publish_round(store, [desired("lax", ["192.0.2.0/24"])],
-                      control_parser().parse_args(["--publish-dir", str(tmp_path)]))
+        publish_round(
+            store, [desired("lax", ["192.0.2.0/24"])], control_parser().parse_args(["--publish-dir", str(tmp_path)])
+        )
     private, _ = make_keys(tmp_path)
     with pytest.raises(ConfigError, match="nowhere to publish"):
-        publish_round(store, [desired("lax", ["192.0.2.0/24"])],
-                      control_parser().parse_args(["--key", str(private)]))
+        publish_round(store, [desired("lax", ["192.0.2.0/24"])], control_parser().parse_args(["--key", str(private)]))
     assert store.query_rows("SELECT count() FROM config_versions")[0][0] == 0

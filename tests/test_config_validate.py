@@ -12,15 +12,18 @@ GOOD = ["192.0.2.0/24", "198.51.100.0/24", "2001:db8:0:100::/56"]
 POLICY = ValidationPolicy(deny=parse_deny(["203.0.113.0/24", "198.51.100.53/32"]))
 
 
-def _config(prefixes: list[str], algorithm: str = "bbr", version: int = 5,
-            pop: str = "lax") -> CongestionConfig:
-    return build_config(pop, version, [PrefixEntry(prefix=p, algorithm=algorithm) for p in prefixes],
-                        created_at_ns=1)
+def _config(prefixes: list[str], algorithm: str = "bbr", version: int = 5, pop: str = "lax") -> CongestionConfig:
+    return build_config(pop, version, [PrefixEntry(prefix=p, algorithm=algorithm) for p in prefixes], created_at_ns=1)
 
 
-def _check(config: CongestionConfig, *, previous: list[str] | None = None, last_version: int = 4,
-           available: frozenset[str] | None = frozenset({"bbr", "cubic"}),
-           policy: ValidationPolicy = POLICY) -> list[str]:
+def _check(
+    config: CongestionConfig,
+    *,
+    previous: list[str] | None = None,
+    last_version: int = 4,
+    available: frozenset[str] | None = frozenset({"bbr", "cubic"}),
+    policy: ValidationPolicy = POLICY,
+) -> list[str]:
     prev = None if previous is None else [PrefixEntry(prefix=p, algorithm="bbr") for p in previous]
     return validate(config, previous=prev, last_version=last_version, available=available, policy=policy)
 
@@ -33,23 +36,26 @@ def test_good_config_passes() -> None:
     assert _check(_config(["192.0.2.0/24", "2001:db8:0:100::/56"]), previous=[]) == []
 
 
-@pytest.mark.parametrize("prefix, code", [
-    ("192.0.2.7/24", "not_canonical"),
-    ("2001:DB8:0:100::/56", "not_canonical"),
-    ("2001:db8:0:100:0::/56", "not_canonical"),
-    ("192.0.2.0/25", "bad_length"),
-    ("192.0.0.0/16", "bad_length"),
-    ("2001:db8::/48", "bad_length"),
-    ("0.0.0.0/0", "default_route"),
-    ("::/0", "default_route"),
-    ("192.0.2.1/32", "host_route"),
-    ("2001:db8::1/128", "host_route"),
-    ("203.0.113.0/24", "denied"),        # a configured infrastructure range
-    ("198.51.100.0/24", "denied"),       # contains a configured anycast /32
-    ("127.0.0.0/24", "denied"),          # built-in: loopback
-    ("fe80::/56", "denied"),             # built-in: link-local
-    ("not-a-prefix", "invalid_prefix"),
-])
+@pytest.mark.parametrize(
+    "prefix, code",
+    [
+        ("192.0.2.7/24", "not_canonical"),
+        ("2001:DB8:0:100::/56", "not_canonical"),
+        ("2001:db8:0:100:0::/56", "not_canonical"),
+        ("192.0.2.0/25", "bad_length"),
+        ("192.0.0.0/16", "bad_length"),
+        ("2001:db8::/48", "bad_length"),
+        ("0.0.0.0/0", "default_route"),
+        ("::/0", "default_route"),
+        ("192.0.2.1/32", "host_route"),
+        ("2001:db8::1/128", "host_route"),
+        ("203.0.113.0/24", "denied"),  # a configured infrastructure range
+        ("198.51.100.0/24", "denied"),  # contains a configured anycast /32
+        ("127.0.0.0/24", "denied"),  # built-in: loopback
+        ("fe80::/56", "denied"),  # built-in: link-local
+        ("not-a-prefix", "invalid_prefix"),
+    ],
+)
 def test_bad_prefix_rejected_with_reason(prefix: str, code: str) -> None:
     reasons = _check(_config(["192.0.2.0/24", prefix]))
     assert _codes(reasons) == {code}, reasons
@@ -81,8 +87,13 @@ def test_change_over_fraction() -> None:
     assert _check(_config(previous[:2]), previous=[], policy=policy) == []
     assert _codes(_check(_config(previous[:3]), previous=[], policy=policy)) == {"change_too_large"}
     # an algorithm change counts as a change
-    switched = build_config("lax", 5, [PrefixEntry(prefix=p, algorithm="cubic") for p in previous[:6]]
-                            + [PrefixEntry(prefix=p, algorithm="bbr") for p in previous[6:]], created_at_ns=1)
+    switched = build_config(
+        "lax",
+        5,
+        [PrefixEntry(prefix=p, algorithm="cubic") for p in previous[:6]]
+        + [PrefixEntry(prefix=p, algorithm="bbr") for p in previous[6:]],
+        created_at_ns=1,
+    )
     assert _codes(_check(switched, previous=previous, policy=policy)) == {"change_too_large"}
 
 
@@ -113,8 +124,13 @@ def test_bad_pop_and_kill_switch_with_entries() -> None:
 def test_every_reason_is_reported_and_long_lists_are_summarised() -> None:
     prefixes = [f"192.0.{i}.1/24" for i in range(8)] + ["0.0.0.0/0", "192.0.2.0/24", "192.0.2.0/24"]
     reasons = _check(_config(prefixes, algorithm="reno", version=1), last_version=2)
-    assert _codes(reasons) == {"not_canonical", "default_route", "duplicate", "algorithm_not_allowed",
-                               "version_not_increasing"}
+    assert _codes(reasons) == {
+        "not_canonical",
+        "default_route",
+        "duplicate",
+        "algorithm_not_allowed",
+        "version_not_increasing",
+    }
     assert "not_canonical: ... and 3 more" in reasons
 
 

@@ -18,8 +18,9 @@ def test_batch_round_trip_on_real_broker(kafka_brokers: str, kafka_topic: str) -
     for future in admin.create_topics([NewTopic(kafka_topic, num_partitions=2, replication_factor=1)]).values():
         future.result(timeout=30)
     sent = []
-    producer = Producer({"bootstrap.servers": kafka_brokers, "enable.idempotence": True, "acks": "all",
-                         "compression.type": "zstd"})
+    producer = Producer(
+        {"bootstrap.servers": kafka_brokers, "enable.idempotence": True, "acks": "all", "compression.type": "zstd"}
+    )
     for seq in range(5):
         batch = TcpInfoBatch(schema_version=1, host="edge-a", pop="lax", sequence=seq, row_count=3)
         batch.rtt.extend([1000 + seq, 2000, 3000])
@@ -28,8 +29,14 @@ def test_batch_round_trip_on_real_broker(kafka_brokers: str, kafka_topic: str) -
         producer.produce(kafka_topic, key=b"edge-a", value=batch.SerializeToString())
     assert producer.flush(30) == 0
 
-    consumer = Consumer({"bootstrap.servers": kafka_brokers, "group.id": f"g-{kafka_topic}",
-                         "auto.offset.reset": "earliest", "fetch.queue.backoff.ms": 10})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_brokers,
+            "group.id": f"g-{kafka_topic}",
+            "auto.offset.reset": "earliest",
+            "fetch.queue.backoff.ms": 10,
+        }
+    )
     consumer.subscribe([kafka_topic])
     received: list[TcpInfoBatch] = []
     deadline = time.monotonic() + 30

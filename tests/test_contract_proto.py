@@ -22,9 +22,14 @@ def test_generated_code_matches_proto(tmp_path: Path) -> None:
     """Regenerate *_pb2.py/pyi from the .proto files; any diff with the committed ones fails."""
     subprocess.run(
         [
-            sys.executable, "-m", "grpc_tools.protoc", f"-I{ROOT / 'schemas'}",
-            f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
-            str(ROOT / "schemas" / "tcpinfo.proto"), str(ROOT / "schemas" / "congestion.proto"),
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{ROOT / 'schemas'}",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            str(ROOT / "schemas" / "tcpinfo.proto"),
+            str(ROOT / "schemas" / "congestion.proto"),
         ],
         check=True,
     )

@@ -16,19 +16,35 @@ from controller.cli import main as cli_main
 from controller.migrate import apply_migrations
 from controller.store import Store, open_store
 
-EXPECTED_TABLES = {"tcpinfo", "tcpinfo_5m", "tcpinfo_5m_mv", "ingest_dead_letter", "selections",
-                   "config_versions", "apply_status", "schema_migrations"}
+EXPECTED_TABLES = {
+    "tcpinfo",
+    "tcpinfo_5m",
+    "tcpinfo_5m_mv",
+    "ingest_dead_letter",
+    "selections",
+    "config_versions",
+    "apply_status",
+    "schema_migrations",
+}
 
 
 def test_schema_apply_twice_is_idempotent(store_url: str, tmp_path: Path) -> None:
     if store_url.startswith("chdb"):
         # A child process cannot open the directory this process's chDB session holds.
         store_url = f"chdb://{tmp_path / 'chdb-cli'}?database=cli"
-    first = subprocess.run([sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", store_url],
-                           capture_output=True, text=True, timeout=120)
+    first = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", store_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert first.returncode == 0, first.stderr
-    second = subprocess.run([sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", store_url],
-                            capture_output=True, text=True, timeout=120)
+    second = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", store_url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert second.returncode == 0, second.stderr
     assert "applied 0 []" in second.stdout
     if store_url.startswith("chdb"):
@@ -63,17 +79,20 @@ def _insert_known(store: Store, bucket_start: dt.datetime) -> tuple[np.ndarray, 
     rates = np.arange(1, n + 1, dtype=np.uint64) * 1000
     acked = np.where(np.arange(n) % 2 == 0, 200_000, 50_000).astype(np.uint64)
     ts = int(bucket_start.replace(tzinfo=dt.UTC).timestamp()) + np.arange(n, dtype=np.uint32) % 290
-    store.insert_columns("tcpinfo", {
-        "time": ts.astype(np.uint32),
-        "pop": ["lax"] * n,
-        "prefix": ["198.51.100.0/24"] * n,
-        "family": np.full(n, 2, dtype=np.uint8),
-        "delivery_rate": rates,
-        "bytes_acked": acked,
-        "bytes_sent": acked,
-        "bytes_retrans": np.zeros(n, dtype=np.uint64),
-        "min_rtt": (np.arange(n, dtype=np.uint32) + 1) * 100,
-    })
+    store.insert_columns(
+        "tcpinfo",
+        {
+            "time": ts.astype(np.uint32),
+            "pop": ["lax"] * n,
+            "prefix": ["198.51.100.0/24"] * n,
+            "family": np.full(n, 2, dtype=np.uint8),
+            "delivery_rate": rates,
+            "bytes_acked": acked,
+            "bytes_sent": acked,
+            "bytes_retrans": np.zeros(n, dtype=np.uint64),
+            "min_rtt": (np.arange(n, dtype=np.uint32) + 1) * 100,
+        },
+    )
     return rates, acked
 
 
@@ -85,9 +104,14 @@ def test_rollup_view_quantiles_and_counts(store: Store) -> None:
     all_rates = np.concatenate([rates, rates2]).astype(float)
     all_acked = np.concatenate([acked, acked2])
     qual = all_rates[all_acked > 102400]
-    df = store.query_df(sql_files.query("rollup_read"), {
-        "pop": "lax", "start": start, "end": start + dt.timedelta(minutes=5),
-    })
+    df = store.query_df(
+        sql_files.query("rollup_read"),
+        {
+            "pop": "lax",
+            "start": start,
+            "end": start + dt.timedelta(minutes=5),
+        },
+    )
     assert len(df) == 1
     row = df.iloc[0]
     assert int(row["samples"]) == 80
@@ -99,10 +123,13 @@ def test_rollup_view_quantiles_and_counts(store: Store) -> None:
     assert np.allclose(list(row["delivery_rate_qual_q"]), expected_qual, rtol=1e-6)
 
 
-@pytest.mark.parametrize("url, fragment", [
-    ("postgres://x@127.0.0.1/db", "unsupported store URL scheme"),
-    ("clickhouse://default:@127.0.0.1:1/db", "unreachable"),
-])
+@pytest.mark.parametrize(
+    "url, fragment",
+    [
+        ("postgres://x@127.0.0.1/db", "unsupported store URL scheme"),
+        ("clickhouse://default:@127.0.0.1:1/db", "unreachable"),
+    ],
+)
 def test_bad_url_one_line_exit_2(url: str, fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = cli_main(["schema", "apply", "--clickhouse", url])
     err = capsys.readouterr().err
@@ -112,9 +139,21 @@ def test_bad_url_one_line_exit_2(url: str, fragment: str, capsys: pytest.Capture
 
 
 def test_bad_url_subprocess_has_no_traceback() -> None:
-    proc = subprocess.run([sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse",
-                           "clickhouse://default:@127.0.0.1:1/db"], capture_output=True, text=True, timeout=60,
-                          env={**os.environ})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "schema",
+            "apply",
+            "--clickhouse",
+            "clickhouse://default:@127.0.0.1:1/db",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "Traceback" not in proc.stderr
 

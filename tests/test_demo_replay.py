@@ -21,8 +21,8 @@ S = 1_000_000_000
 
 def test_dilation_maps_lab_buckets_onto_five_minute_buckets():
     rs = 20
-    first = (1_700_000_000 // rs * rs + 3) * S      # 3 s into a lab bucket
-    last = first + (5 * rs + 1) * S                 # 6 lab buckets touched
+    first = (1_700_000_000 // rs * rs + 3) * S  # 3 s into a lab bucket
+    last = first + (5 * rs + 1) * S  # 6 lab buckets touched
     now = 1_800_000_123
     d = dilation(first, last, rs, now)
     assert d.factor == REAL_BUCKET / rs
@@ -70,8 +70,7 @@ def test_demo_replay_as_non_root_writes_report_with_plots(request):
     os.chmod(work, 0o777)
     request.addfinalizer(lambda: shutil.rmtree(work, ignore_errors=True))
     dyncc = Path(sys.executable).with_name("dyncc")
-    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-           str(dyncc), "demo", "--workdir", str(work)]
+    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", str(dyncc), "demo", "--workdir", str(work)]
     env = {**os.environ, "HOME": str(work), "TMPDIR": str(work)}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=str(work))
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -32,8 +32,10 @@ POP = "lax"
 D1 = ["198.51.100.0/24", "2001:db8:0:100::/56"]
 ADDED = ["203.0.113.0/24", "2001:db8:0:200::/56"]
 D2 = D1 + ADDED
-EDGES = {"edge-1": ("192.0.2.1/25", "192.0.2.2/25", "2001:db8:1::1/64", "2001:db8:1::2/64"),
-         "edge-2": ("192.0.2.129/25", "192.0.2.130/25", "2001:db8:2::1/64", "2001:db8:2::2/64")}
+EDGES = {
+    "edge-1": ("192.0.2.1/25", "192.0.2.2/25", "2001:db8:1::1/64", "2001:db8:1::2/64"),
+    "edge-2": ("192.0.2.129/25", "192.0.2.130/25", "2001:db8:2::1/64", "2001:db8:2::2/64"),
+}
 
 
 def owned_routes(ns: str) -> dict[str, str]:
@@ -83,12 +85,30 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
 ) -> None:
     private, public = make_keys(tmp_path)
     cfg_topic, status_topic = f"{kafka_topic}_cfg", f"{kafka_topic}_st"
-    base = ["--kafka", kafka_brokers, "--config-topic", cfg_topic, "--status-topic", status_topic,
-            "--key", str(private)]
+    base = [
+        "--kafka",
+        kafka_brokers,
+        "--config-topic",
+        cfg_topic,
+        "--status-topic",
+        status_topic,
+        "--key",
+        str(private),
+    ]
     # The canary's health gate cannot pass: no host has a petabyte of free memory.
-    args: argparse.Namespace = control_parser().parse_args([
-        *base, "--canary-hosts", f"{POP}:edge-1", "--soak", "1s", "--wave-timeout", "60s",
-        "--min-mem-available", "1000000G"])
+    args: argparse.Namespace = control_parser().parse_args(
+        [
+            *base,
+            "--canary-hosts",
+            f"{POP}:edge-1",
+            "--soak",
+            "1s",
+            "--wave-timeout",
+            "60s",
+            "--min-mem-available",
+            "1000000G",
+        ]
+    )
 
     agents: list[subprocess.Popen[bytes]] = []
     logs = []
@@ -96,12 +116,37 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
         for host, ns in edges.items():
             log = open(tmp_path / f"{host}.log", "wb")  # noqa: SIM115 - closed in finally
             logs.append(log)
-            agents.append(subprocess.Popen(
-                [sys.executable, "-m", "controller.cli", "agent", "--kafka", kafka_brokers, "--pop", POP,
-                 "--host", host, "--netns", ns, "--public-key", str(public), "--config-topic", cfg_topic,
-                 "--status-topic", status_topic, "--state-dir", str(tmp_path / f"state-{host}"),
-                 "--reconcile-every", "5s"],
-                stdout=log, stderr=subprocess.STDOUT, env={**os.environ}))
+            agents.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "controller.cli",
+                        "agent",
+                        "--kafka",
+                        kafka_brokers,
+                        "--pop",
+                        POP,
+                        "--host",
+                        host,
+                        "--netns",
+                        ns,
+                        "--public-key",
+                        str(public),
+                        "--config-topic",
+                        cfg_topic,
+                        "--status-topic",
+                        status_topic,
+                        "--state-dir",
+                        str(tmp_path / f"state-{host}"),
+                        "--reconcile-every",
+                        "5s",
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ},
+                )
+            )
 
         # v1: D1 to the whole POP; both agents install it.
         publish_round(store, [desired(POP, D1)], args)
@@ -132,8 +177,9 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
         assert {r[0] for r in rows} == {"edge-1", "edge-2"}
 
         # Kill switch: every owned route goes on both hosts.
-        assert rollout_run(control_parser().parse_args(
-            [*base, "kill-switch", "--pop", POP, "--clickhouse", store_url])) in (0, None)
+        assert rollout_run(
+            control_parser().parse_args([*base, "kill-switch", "--pop", POP, "--clickhouse", store_url])
+        ) in (0, None)
         for host, ns in edges.items():
             wait_for(lambda ns=ns: owned_routes(ns) == {}, f"{host} to remove every owned route")  # type: ignore[misc]
             # The covering default routes (not ours) are untouched.

@@ -55,10 +55,7 @@ def test_native_string_serialization() -> None:
     from controller.ingest_columns import StrColumn
 
     col = StrColumn(np.array([1, 0, 1], dtype=np.int32), ["a", "é" * 100])
-    assert (
-        serialize_strings(col)
-        == b"\xc8\x01" + "é".encode() * 100 + b"\x01a" + b"\xc8\x01" + "é".encode() * 100
-    )
+    assert serialize_strings(col) == b"\xc8\x01" + "é".encode() * 100 + b"\x01a" + b"\xc8\x01" + "é".encode() * 100
 
 
 def test_sequence_gaps() -> None:

@@ -50,9 +50,7 @@ def _rows(msgs: list[tuple[str, bytes]]) -> int:
     return sum(decode_batch(m).row_count for _, m in msgs)
 
 
-def _ingest(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
+def _ingest(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "controller.cli", "ingest", "--metrics-port", "0", *args],
         capture_output=True,
@@ -104,9 +102,7 @@ def test_drain_loads_every_row_and_dead_letters_bad_messages(
     assert _dup_count(clickhouse_db_url) == 0
     s = open_store(clickhouse_db_url)
     try:
-        dead = s.query_rows(
-            "SELECT topic, partition, length(raw), error FROM ingest_dead_letter ORDER BY length(raw)"
-        )
+        dead = s.query_rows("SELECT topic, partition, length(raw), error FROM ingest_dead_letter ORDER BY length(raw)")
         # the same batch once more: nothing new
         assert len(dead) == 2 and {d[0] for d in dead} == {kafka_topic}
         assert [d[2] for d in dead] == sorted([len(garbage[1]), len(truncated[1])])

@@ -119,8 +119,7 @@ def test_gaps_empty_batches_and_restart_baseline(store: Store) -> None:
     res3 = BatchWriter(store).write([batch(10, 3), batch(1, 2, run_id=12)])
     assert [(g.from_sequence, g.missing) for g in res3.gaps] == [(9, 1)]  # new run 12: no gap
     rows = store.query_rows(
-        "SELECT host, run_id, from_sequence, to_sequence, missing FROM ingest_sequence_gaps "
-        "ORDER BY from_sequence"
+        "SELECT host, run_id, from_sequence, to_sequence, missing FROM ingest_sequence_gaps ORDER BY from_sequence"
     )
     assert [tuple(r) for r in rows] == [("edge9", 11, 4, 6, 3), ("edge9", 11, 9, 9, 1)]
     assert _count(store) == 10 + 5 + 4 + 3 + 2
@@ -182,9 +181,9 @@ def test_cli_replays_a_collector_file_into_chdb(tmp_path: Path) -> None:
         "print(s.query_rows('SELECT count() FROM tcpinfo')[0][0], "
         "s.query_rows('SELECT count(), min(offset) FROM ingest_dead_letter FINAL')[0])"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", check], capture_output=True, text=True, timeout=60
-    ).stdout.split(None, 1)
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60).stdout.split(
+        None, 1
+    )
     assert int(out[0]) == sum(decode_batch(m).row_count for m in msgs)
     assert out[1].strip() == f"(1, {sum(4 + len(m) for m in msgs)})"
 

@@ -37,8 +37,10 @@ class Probe:
     def round(self, round_time: dt.datetime, round_no: int) -> ControlOutcome:
         out = self.inner.round(round_time, round_no)
         edge = self.topo.edge_ns
-        self.routes.append(_sh("ip", "-n", edge, "route", "show", "proto", "250")
-                           + _sh("ip", "-n", edge, "-6", "route", "show", "proto", "250"))
+        self.routes.append(
+            _sh("ip", "-n", edge, "route", "show", "proto", "250")
+            + _sh("ip", "-n", edge, "-6", "route", "show", "proto", "250")
+        )
         self.ss.append(_sh("ip", "netns", "exec", edge, "ss", "-tin", "state", "established"))
         return out
 

@@ -11,8 +11,7 @@ from controller import lab_table, lab_topology
 from controller.lab_loop import threshold_for
 from controller.lab_telemetry import NewSockets, Recorder, read_recording, shift_batch
 
-DOC_NETS = [ipaddress.ip_network(n) for n in
-            ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")]
+DOC_NETS = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")]
 
 
 def _in_doc(addr: str) -> bool:
@@ -43,8 +42,17 @@ def test_describe_layout_and_addresses():
         assert sum(c.slow_in_round(r) for c in topo.clients) == 3
 
 
-@pytest.mark.parametrize("bad", [dict(run_id=""), dict(run_id="has-dash"), dict(run_id="x" * 9),
-                                 dict(slow=0, alternating=0, fine=0), dict(slow=-1), dict(port=0)])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(run_id=""),
+        dict(run_id="has-dash"),
+        dict(run_id="x" * 9),
+        dict(slow=0, alternating=0, fine=0),
+        dict(slow=-1),
+        dict(port=0),
+    ],
+)
 def test_describe_rejects(bad):
     kwargs = {"run_id": "r1", **bad}
     with pytest.raises(lab_topology.TopologyError):
@@ -106,8 +114,9 @@ def _rows():
 
 def test_table_render_and_shares():
     rows = _rows()
-    header = lab_table.RoundHeader(3, 61.2, 20, 1, 3, 1, lab_table.bbr_share(rows, True),
-                                   lab_table.bbr_share(rows, False))
+    header = lab_table.RoundHeader(
+        3, 61.2, 20, 1, 3, 1, lab_table.bbr_share(rows, True), lab_table.bbr_share(rows, False)
+    )
     text = lab_table.render(header, rows)
     lines = text.splitlines()
     assert lines[0].startswith("round 3  t=+61s  bucket 20s  selected 1/3  routes 1")
@@ -134,16 +143,23 @@ def _batch(cookies, prefixes, cc, start_ns=1_700_000_000_000_000_000):
     cols["family"][:] = 10
     for i, p in enumerate(prefixes):
         net = ipaddress.ip_network(p)
-        raw = (b"\x00" * 10 + b"\xff\xff" + net.network_address.packed) if net.version == 4 \
+        raw = (
+            (b"\x00" * 10 + b"\xff\xff" + net.network_address.packed)
+            if net.version == 4
             else net.network_address.packed
+        )
         cols["client_prefix"][i] = np.frombuffer(raw, dtype=np.uint8)
         cols["client_prefix_len"][i] = net.prefixlen + (96 if net.version == 4 else 0)
     names = sorted(set(cc))
     cols["cc_index"][:] = [names.index(c) for c in cc]
-    (rows, body), = split_bodies(cols, 1000, 1 << 20)
-    head = encode_header(BatchHeader(host="h", pop="p", run_id=7, poll_start_ns=start_ns,
-                                     poll_end_ns=start_ns + 1000, cc_names=names),
-                         sequence=0, batch_index=0, batch_count=1, row_count=rows)
+    ((rows, body),) = split_bodies(cols, 1000, 1 << 20)
+    head = encode_header(
+        BatchHeader(host="h", pop="p", run_id=7, poll_start_ns=start_ns, poll_end_ns=start_ns + 1000, cc_names=names),
+        sequence=0,
+        batch_index=0,
+        batch_count=1,
+        row_count=rows,
+    )
     return head + body
 
 

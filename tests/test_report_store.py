@@ -17,8 +17,14 @@ from tests import report_synth as rs
 from tests.test_report_units import path_points
 
 SECTIONS = ("delivery", "selections", "treated", "isp", "goodput", "bbrshare")
-VIEWS = ("delivery_rate_percentiles_by_pop", "new_selections_per_round", "bbr_share_of_sockets",
-         "treated_vs_holdout", "goodput_p10_by_pop", "config_versions_annotations")
+VIEWS = (
+    "delivery_rate_percentiles_by_pop",
+    "new_selections_per_round",
+    "bbr_share_of_sockets",
+    "treated_vs_holdout",
+    "goodput_p10_by_pop",
+    "config_versions_annotations",
+)
 
 
 def assert_self_contained(page: str) -> None:
@@ -100,13 +106,12 @@ def test_report_on_empty_store(store: Store, tmp_path):
 def test_report_cli(store_url: str, store: Store, tmp_path, capsys):
     rs.insert(store)
     out = tmp_path / "cli.html"
-    argv = ["report", "--clickhouse", store_url, "-o", str(out), "--since", "1h", "--pop", "ord",
-            "--bucket", "5m"]
+    argv = ["report", "--clickhouse", store_url, "-o", str(out), "--since", "1h", "--pop", "ord", "--bucket", "5m"]
     assert main(argv) == 0
     line = capsys.readouterr().out
-    assert "6/6" not in line and str(out) in line      # no ASN file: the ISP section is not drawn
+    assert "6/6" not in line and str(out) in line  # no ASN file: the ISP section is not drawn
     page = out.read_text()
-    assert path_points(section_html(page, "delivery"), "delivery-ord-p10") == 12   # the last hour
+    assert path_points(section_html(page, "delivery"), "delivery-ord-p10") == 12  # the last hour
 
 
 def test_report_cli_errors(tmp_path, capsys):
@@ -116,8 +121,10 @@ def test_report_cli_errors(tmp_path, capsys):
     assert err.startswith("dyncc report:") and "\n" not in err and not out.exists()
     assert main(["report", "--clickhouse", "nosuch://x", "-o", str(out)]) == 2
     assert main(["report", "--clickhouse", "clickhouse://h/db", "--since", "soon", "-o", str(out)]) == 2
-    assert main(["report", "--clickhouse", "clickhouse://h/db", "--asn-file", str(tmp_path / "none.csv"),
-                 "-o", str(out)]) == 2
+    assert (
+        main(["report", "--clickhouse", "clickhouse://h/db", "--asn-file", str(tmp_path / "none.csv"), "-o", str(out)])
+        == 2
+    )
     assert "none.csv" in capsys.readouterr().err
 
 
@@ -205,6 +212,7 @@ def test_raw_and_rollup_sources_agree_on_five_minute_buckets(synth_store):
     treated = split[split["grp"] == "treated"]
     assert set(treated["phase"]) == {"before", "after"}
     assert (treated[treated["phase"] == "after"]["ts"].astype("int64") >= t_select).all()
-    series = store.query_df(compose("report_treated_vs_holdout", source=SOURCE_RAW, groups=GROUPS),
-                            {**params, "split": 0})
+    series = store.query_df(
+        compose("report_treated_vs_holdout", source=SOURCE_RAW, groups=GROUPS), {**params, "split": 0}
+    )
     assert set(series["phase"]) == {""} and len(series) == synth.buckets * 2

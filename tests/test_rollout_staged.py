@@ -32,12 +32,37 @@ class Env:
         self.store, self.store_url, self.brokers = store, store_url, brokers
         self.cfg_topic, self.status_topic = topic + "_cfg", topic + "_st"
         self.private, self.public = make_keys(tmp_path)
-        self.base = ["--kafka", brokers, "--config-topic", self.cfg_topic,
-                     "--status-topic", self.status_topic, "--key", str(self.private)]
-        self.args = control_parser().parse_args([
-            *self.base, "--canary-hosts", "lax:edge-1", "--soak", "1s", "--wave-timeout", "60s",
-            "--baseline", "10m", "--min-samples", "20", "--min-mem-available", "256M", "--max-load", "8",
-            "--max-p10-regression", "0.2"])
+        self.base = [
+            "--kafka",
+            brokers,
+            "--config-topic",
+            self.cfg_topic,
+            "--status-topic",
+            self.status_topic,
+            "--key",
+            str(self.private),
+        ]
+        self.args = control_parser().parse_args(
+            [
+                *self.base,
+                "--canary-hosts",
+                "lax:edge-1",
+                "--soak",
+                "1s",
+                "--wave-timeout",
+                "60s",
+                "--baseline",
+                "10m",
+                "--min-samples",
+                "20",
+                "--min-mem-available",
+                "256M",
+                "--max-load",
+                "8",
+                "--max-p10-regression",
+                "0.2",
+            ]
+        )
 
     def round(self, prefixes: list[str], pop: str = "lax") -> None:
         publish_round(self.store, [desired(pop, prefixes)], self.args)
@@ -80,25 +105,26 @@ def _start_canary(env: Env) -> None:
     state = env.state()
     assert (state.phase, state.wave_version, state.wave_hosts) == ("canary", 2, ("edge-1",))
     got = env.configs()
-    assert [(k, c.version, list(c.target_hosts)) for k, c in got] == [
-        ("lax", 1, []), ("lax/canary", 2, ["edge-1"])]
+    assert [(k, c.version, list(c.target_hosts)) for k, c in got] == [("lax", 1, []), ("lax/canary", 2, ["edge-1"])]
     assert set(_entries(got[1][1])) == set(D2)
 
 
-def _tcpinfo(store: Store, host: str, prefixes: list[str], start_ns: int, step_ns: int,
-             rates: np.ndarray) -> None:
+def _tcpinfo(store: Store, host: str, prefixes: list[str], start_ns: int, step_ns: int, rates: np.ndarray) -> None:
     n = len(rates)
     time_ns = start_ns + np.arange(n, dtype=np.uint64) * np.uint64(step_ns)
-    store.insert_columns("tcpinfo", {
-        "time": (time_ns // 10**9).astype(np.uint32),
-        "time_ns": time_ns.astype(np.uint64),
-        "pop": ["lax"] * n,
-        "host": [host] * n,
-        "prefix": [prefixes[i % len(prefixes)] for i in range(n)],
-        "family": np.full(n, 2, dtype=np.uint8),
-        "delivery_rate": rates.astype(np.uint64),
-        "bytes_acked": np.full(n, 500_000, dtype=np.uint64),
-    })
+    store.insert_columns(
+        "tcpinfo",
+        {
+            "time": (time_ns // 10**9).astype(np.uint32),
+            "time_ns": time_ns.astype(np.uint64),
+            "pop": ["lax"] * n,
+            "host": [host] * n,
+            "prefix": [prefixes[i % len(prefixes)] for i in range(n)],
+            "family": np.full(n, 2, dtype=np.uint8),
+            "delivery_rate": rates.astype(np.uint64),
+            "bytes_acked": np.full(n, 500_000, dtype=np.uint64),
+        },
+    )
 
 
 def _assert_rest_never_targeted(got: list[tuple[str, CongestionConfig]], bad: list[str]) -> None:
@@ -131,8 +157,7 @@ def test_canary_passes_gates_and_is_promoted_after_soak(env: Env) -> None:
     assert [(k, c.version, list(c.target_hosts)) for k, c in got][-1] == ("lax", 3, [])
     assert set(_entries(got[-1][1])) == set(D2)
 
-    env.report(*(status(h, 3, 3, ApplyStatus.UNCHANGED if h == "edge-1" else ApplyStatus.APPLIED)
-                 for h in HOSTS))
+    env.report(*(status(h, 3, 3, ApplyStatus.UNCHANGED if h == "edge-1" else ApplyStatus.APPLIED) for h in HOSTS))
     env.round(D2)
     state = env.state()
     assert (state.phase, state.event, state.stable_version) == ("idle", "complete", 3)
@@ -160,7 +185,10 @@ def test_failing_canary_is_rolled_back_and_rest_never_receives_it(env: Env, fail
     assert expected in state.reason
     got = env.configs()
     assert [(k, c.version, list(c.target_hosts)) for k, c in got] == [
-        ("lax", 1, []), ("lax/canary", 2, ["edge-1"]), ("lax", 3, [])]
+        ("lax", 1, []),
+        ("lax/canary", 2, ["edge-1"]),
+        ("lax", 3, []),
+    ]
     assert set(_entries(got[2][1])) == set(D1)  # v3 = the previous desired state, higher version
     _assert_rest_never_targeted(got, D2)
 
@@ -211,8 +239,7 @@ def test_kill_switch_pop_all_and_release(env: Env, tmp_path: Path) -> None:
     assert code == 0
     got = env.configs()
     kill = got[-1][1]
-    assert (got[-1][0], kill.pop, kill.version, kill.kill_switch, len(kill.entries)) == (
-        "lax", "lax", 2, True, 0)
+    assert (got[-1][0], kill.pop, kill.version, kill.kill_switch, len(kill.entries)) == ("lax", "lax", 2, True, 0)
     assert env.state().phase == "killed"
     env.round(D2)  # killed POPs publish nothing until released
     assert len(env.configs()) == 3

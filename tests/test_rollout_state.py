@@ -14,12 +14,27 @@ from controller.rollout_state import (
 )
 
 S = 10**9
-TH = GateThresholds(soak_ns=60 * S, wave_timeout_ns=300 * S, min_mem_available=100 * 2**20, max_load1=8.0,
-                    max_p10_regression=0.1, min_samples=10)
+TH = GateThresholds(
+    soak_ns=60 * S,
+    wave_timeout_ns=300 * S,
+    min_mem_available=100 * 2**20,
+    max_load1=8.0,
+    max_p10_regression=0.1,
+    min_samples=10,
+)
 
 
-def _r(host: str, version: int, applied: int, result: str = "APPLIED", *, at: int = 10, mem: int = 2**30,
-       load: float = 1.0, errors: tuple[str, ...] = ()) -> HostReport:
+def _r(
+    host: str,
+    version: int,
+    applied: int,
+    result: str = "APPLIED",
+    *,
+    at: int = 10,
+    mem: int = 2**30,
+    load: float = 1.0,
+    errors: tuple[str, ...] = (),
+) -> HostReport:
     return HostReport(host, version, applied, result, errors, mem, load, ("bbr", "cubic"), at * S, at * S)
 
 

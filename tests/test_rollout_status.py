@@ -26,21 +26,31 @@ def test_status_rows_skip_malformed_and_unattributed() -> None:
 
 
 def test_statuses_consumed_into_apply_status(store: Store, kafka_brokers: str, kafka_topic: str) -> None:
-    produce(kafka_brokers, kafka_topic, [
-        status("edge-1", 3, 3, mem=3 * 2**30, load=1.25),
-        status("edge-2", 3, 2, ApplyStatus.FAILED_ROLLED_BACK, errors=("route add 192.0.2.0/24: EPERM",),
-               cc=("cubic",)),
-        b"not a protobuf \xff\xff",
-        status("edge-1", 4, 4, ApplyStatus.UNCHANGED),
-    ])
+    produce(
+        kafka_brokers,
+        kafka_topic,
+        [
+            status("edge-1", 3, 3, mem=3 * 2**30, load=1.25),
+            status(
+                "edge-2", 3, 2, ApplyStatus.FAILED_ROLLED_BACK, errors=("route add 192.0.2.0/24: EPERM",), cc=("cubic",)
+            ),
+            b"not a protobuf \xff\xff",
+            status("edge-1", 4, 4, ApplyStatus.UNCHANGED),
+        ],
+    )
     ingestor = StatusIngestor(kafka_brokers, kafka_topic, f"g-{kafka_topic}")
     result = ingestor.ingest(store)
     assert (result.read, result.inserted, result.malformed) == (4, 3, 1)
-    rows = store.query_rows("SELECT host, version, applied_version, result, errors, mem_available_bytes, "
-                            "load1, available_cc FROM apply_status ORDER BY host, received_ns")
+    rows = store.query_rows(
+        "SELECT host, version, applied_version, result, errors, mem_available_bytes, "
+        "load1, available_cc FROM apply_status ORDER BY host, received_ns"
+    )
     # order is kept per host (key = host -> one partition); hosts may interleave
     assert [(r[0], int(r[1]), int(r[2]), r[3]) for r in rows] == [
-        ("edge-1", 3, 3, "APPLIED"), ("edge-1", 4, 4, "UNCHANGED"), ("edge-2", 3, 2, "FAILED_ROLLED_BACK")]
+        ("edge-1", 3, 3, "APPLIED"),
+        ("edge-1", 4, 4, "UNCHANGED"),
+        ("edge-2", 3, 2, "FAILED_ROLLED_BACK"),
+    ]
     assert list(rows[2][4]) == ["route add 192.0.2.0/24: EPERM"] and list(rows[2][7]) == ["cubic"]
     assert int(rows[0][5]) == 3 * 2**30 and float(rows[0][6]) == 1.25
     latest = rs.latest_reports(store, "lax", 0)

@@ -63,8 +63,19 @@ def test_once_dry_run_and_explain(chdb_url: str, capsys: pytest.CaptureFixture[s
     rows = store.query_rows("SELECT decision, count() FROM selections GROUP BY decision ORDER BY decision")
     assert [(str(d), int(n)) for d, n in rows] == [("select", 1), ("skip", 20)]
 
-    args = parse(["--clickhouse", chdb_url, "explain", "--pop", "pop1", "--prefix", "203.0.113.0/24",
-                  "--at", "2024-03-01T12:05:30Z"])
+    args = parse(
+        [
+            "--clickhouse",
+            chdb_url,
+            "explain",
+            "--pop",
+            "pop1",
+            "--prefix",
+            "203.0.113.0/24",
+            "--at",
+            "2024-03-01T12:05:30Z",
+        ]
+    )
     assert control_cli.run(args) == 0
     text = capsys.readouterr().out
     assert text.count(" BAD") == 35  # 35 buckets with data in the shifted window, all bad
@@ -108,16 +119,35 @@ def test_daemon_metrics_and_sigterm(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     repo = Path(__file__).resolve().parent.parent
     cmd = [sys.executable, "-m", "controller.cli"]
-    missing = subprocess.run([*cmd, "control", "--clickhouse", url, "--once"], capture_output=True, text=True,
-                             env=env, cwd=repo, timeout=60)
+    missing = subprocess.run(
+        [*cmd, "control", "--clickhouse", url, "--once"], capture_output=True, text=True, env=env, cwd=repo, timeout=60
+    )
     assert missing.returncode == 2
     assert "run 'dyncc schema apply' first" in missing.stderr
-    subprocess.run([*cmd, "schema", "apply", "--clickhouse", url], check=True, capture_output=True, env=env,
-                   cwd=repo, timeout=60)
+    subprocess.run(
+        [*cmd, "schema", "apply", "--clickhouse", url], check=True, capture_output=True, env=env, cwd=repo, timeout=60
+    )
     proc = subprocess.Popen(
-        [*cmd, "control", "--clickhouse", url, "--bucket", "2s",
-         "--lookback", "72s", "--every", "1s", "--delay", "0.1s", "--metrics-port", str(port)],
-        stderr=subprocess.PIPE, text=True, env=env, cwd=repo,
+        [
+            *cmd,
+            "control",
+            "--clickhouse",
+            url,
+            "--bucket",
+            "2s",
+            "--lookback",
+            "72s",
+            "--every",
+            "1s",
+            "--delay",
+            "0.1s",
+            "--metrics-port",
+            str(port),
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=repo,
     )
     try:
         assert proc.stderr is not None

@@ -25,6 +25,7 @@ def cell(df: pd.DataFrame, prefix: str, column: str) -> Any:
 def row_of(df: pd.DataFrame, prefix: str) -> dict[str, Any]:
     return {str(k): v for k, v in df.loc[prefix].to_dict().items()}
 
+
 NOW = dt.datetime(2024, 3, 1, 12, 0, 30, tzinfo=dt.UTC)
 CFG = ScoringConfig(holdout_fraction=0.0)
 
@@ -77,9 +78,7 @@ def test_known_timelines(store: Store) -> None:
     sql_scores = score_prefixes(store, CFG, window, "pop1", keys)
     assert_same_scores(sql_scores, reference_scores(samples, CFG, window))
     # every scored prefix was written, with the decision
-    rows = store.query_rows(
-        "SELECT prefix, decision FROM selections WHERE round_id = %(r)s", {"r": result.round_id}
-    )
+    rows = store.query_rows("SELECT prefix, decision FROM selections WHERE round_id = %(r)s", {"r": result.round_id})
     assert dict((str(p), str(dec)) for p, dec in rows) == d["decision"].to_dict()
     # explain's timeline of the bad prefix: bad in every bucket, the threshold above its statistic
     tl = prefix_timeline(store, CFG, window, "pop1", "203.0.113.0/24", keys)
@@ -111,9 +110,7 @@ def test_random_data_matches_reference(store: Store) -> None:
     # the raw-table path (a non-default qualifying threshold) on the same data
     raw_cfg = replace(cfg, min_bytes=1_000_000)
     keys = refresh(store, raw_cfg, window, "", 2)
-    assert_same_scores(
-        score_prefixes(store, raw_cfg, window, "", keys), reference_scores(samples, raw_cfg, window)
-    )
+    assert_same_scores(score_prefixes(store, raw_cfg, window, "", keys), reference_scores(samples, raw_cfg, window))
 
 
 def test_late_data_recomputes_the_bucket(store: Store) -> None:
@@ -169,7 +166,10 @@ def test_accelerated_clock_reads_raw(store: Store) -> None:
     assert not cfg.uses_rollup
     window = window_for(NOW, cfg)
     samples = synth.samples_frame(
-        "lab", population({"203.0.113.0/24": synth.STEADY_BAD}), int(window.start.timestamp()), 36,
+        "lab",
+        population({"203.0.113.0/24": synth.STEADY_BAD}),
+        int(window.start.timestamp()),
+        36,
         bucket_seconds=20,
     )
     synth.insert_samples(store, samples)

@@ -325,14 +325,15 @@ Span = tuple[int, int]
 class ScannedBatch:
     """One message with its header parsed and its column payloads located (not yet decoded).
 
-    `spans[i]` is the (start, end) of column i's packed payload in `data` (None:
-    absent).  When the protobuf runtime had to parse the message, `spans` is
-    None and `columns` holds its columns instead.
+    `spans` is a (columns, 2) int64 array: row i is the [start, end) of column
+    i's packed payload in `data` ((0, 0): absent).  When the protobuf runtime
+    had to parse the message, `spans` is None and `columns` holds its columns
+    instead.
     """
 
     data: bytes
     header: TcpInfoBatch
-    spans: list[Span | None] | None
+    spans: np.ndarray | None
     columns: dict[str, np.ndarray] | None = None
 
     @property
@@ -381,29 +382,69 @@ def _parse_header(data: bytes) -> TcpInfoBatch:
     return header
 
 
-def _check_spans(rows: int, spans: list[Span | None]) -> None:
+_WIDTH_ARR = np.array(_WIDTHS, dtype=np.int64)
+
+
+def _check_spans(rows: int, spans: np.ndarray) -> None:
     """Every column holds exactly row_count values: width * row_count bytes."""
-    for i, span in enumerate(spans):
-        nbytes = 0 if span is None else span[1] - span[0]
-        width = _WIDTHS[i]
-        if nbytes != width * rows:
-            name = COLUMNS[i]
-            if _IS_ADDR[i]:
-                raise BatchDecodeError(f"column {name} has {nbytes} bytes, expected 16 * row_count = {16 * rows}")
-            if nbytes % width:
-                raise BatchDecodeError(f"column {name} has {nbytes} bytes, not a multiple of {width}")
-            raise BatchDecodeError(f"column {name} has {nbytes // width} values, row_count is {rows}")
+    nbytes = spans[:, 1] - spans[:, 0]
+    wrong = np.flatnonzero(nbytes != _WIDTH_ARR * rows)
+    if not wrong.size:
+        return
+    i = int(wrong[0])
+    name, width, got = COLUMNS[i], _WIDTHS[i], int(nbytes[i])
+    if _IS_ADDR[i]:
+        raise BatchDecodeError(f"column {name} has {got} bytes, expected 16 * row_count = {16 * rows}")
+    if got % width:
+        raise BatchDecodeError(f"column {name} has {got} bytes, not a multiple of {width}")
+    raise BatchDecodeError(f"column {name} has {got // width} values, row_count is {rows}")
 
 
-def _canonical(data: bytes) -> tuple[TcpInfoBatch, list[Span | None]] | None:
+@dataclass(frozen=True)
+class _Layout:
+    """Where this encoder puts the columns of a `rows`-row batch, relative to the body start."""
+
+    body_bytes: int
+    check_at: np.ndarray  # positions of the tag and length bytes
+    check_bytes: np.ndarray  # their expected values
+    spans: np.ndarray  # (columns, 2) payload [start, end)
+
+
+_LAYOUTS: dict[int, _Layout] = {}
+
+
+def _layout(rows: int) -> _Layout:
+    got = _LAYOUTS.get(rows)
+    if got is not None:
+        return got
+    at: list[int] = []
+    expect: list[int] = []
+    spans = np.empty((len(_TAGS), 2), dtype=np.int64)
+    pos = 0
+    for i, (tag, width) in enumerate(zip(_TAGS, _WIDTHS, strict=True)):
+        frame = tag + encode_varint(rows * width)
+        at.extend(range(pos, pos + len(frame)))
+        expect.extend(frame)
+        pos += len(frame)
+        spans[i] = (pos, pos + rows * width)
+        pos += rows * width
+    layout = _Layout(pos, np.array(at, dtype=np.int64), np.array(expect, dtype=np.uint8), spans)
+    if len(_LAYOUTS) >= 4096:  # bounded: batch sizes are few in practice
+        _LAYOUTS.clear()
+    _LAYOUTS[rows] = layout
+    return layout
+
+
+def _canonical(data: bytes) -> tuple[TcpInfoBatch, np.ndarray] | None:
     """This encoder's layout: header fields, then every column once, packed, in field order.
 
     Returns (header, spans), or None when the message is laid out differently.
     The header ends where the first column's tag starts: the first candidate
     position whose prefix parses as a message is it (a cut inside a field never
-    parses).
+    parses).  With fixed-width columns the rest of the message is determined by
+    row_count, so it is checked against the expected layout in one numpy
+    comparison of the tag and length bytes.
     """
-    n = len(data)
     first = _TAGS[0]
     pos = data.find(first)
     while pos >= 0:
@@ -417,41 +458,24 @@ def _canonical(data: bytes) -> tuple[TcpInfoBatch, list[Span | None]] | None:
         return None
     if any(fd.number >= FIRST_COLUMN_FIELD for fd, _ in header.ListFields()):
         return None  # a column field before the body: the general scan decides
-    spans: list[Span | None] = []
-    append = spans.append
-    for tag in _TAGS:
-        if pos + 3 > n or not data.startswith(tag, pos):
-            return None
-        pos += 2
-        b = data[pos]
-        if b < 0x80:
-            length = b
-            pos += 1
-        else:
-            b2 = data[pos + 1]
-            if b2 < 0x80:
-                length = (b & 0x7F) | (b2 << 7)
-                pos += 2
-            else:
-                try:
-                    length, pos = _read_varint(data, pos)
-                except _Unusual:
-                    return None
-        end = pos + length
-        if end > n:
-            return None
-        append((pos, end))
-        pos = end
-    if pos != n:
+    rows = header.row_count
+    if not rows or rows > len(data):
         return None
-    return header, spans
+    layout = _layout(rows)
+    if len(data) - pos != layout.body_bytes:
+        return None
+    body = np.frombuffer(data, dtype=np.uint8, offset=pos)
+    if not np.array_equal(body.take(layout.check_at), layout.check_bytes):
+        return None
+    return header, layout.spans + pos
 
 
-def _scan_fields(data: bytes) -> tuple[bytes, list[Span | None]]:
+def _scan_fields(data: bytes) -> tuple[bytes, np.ndarray]:
     """(header field bytes, column spans) for any field order; _Unusual for what it can't handle."""
     n = len(data)
     pos = 0
-    spans: list[Span | None] = [None] * len(COLUMNS)
+    spans = np.zeros((len(COLUMNS), 2), dtype=np.int64)
+    present = [False] * len(COLUMNS)
     header_parts: list[Span] = []
     col_index = _COL_INDEX
     while pos < n:
@@ -478,8 +502,9 @@ def _scan_fields(data: bytes) -> tuple[bytes, list[Span | None]]:
             else:
                 header_parts.append((start, end))
         else:
-            if wire != 2 or spans[col] is not None:
+            if wire != 2 or present[col]:
                 raise _Unusual  # unpacked or split column: merge semantics are the runtime's
+            present[col] = True
             spans[col] = (pos, end)
         pos = end
     header = b"".join(data[s:e] for s, e in header_parts)
@@ -543,30 +568,75 @@ class GroupColumns:
     columns: dict[str, np.ndarray]
 
 
-_INT_DTYPES = (np.dtype("<u4"), np.dtype("<u8"))
-#: Column indexes by wire dtype: (dtype, [column index, ...]); addresses are uint8 (rows, 16).
-_BY_DTYPE: tuple[tuple[np.dtype, list[int]], ...] = (
-    *((dt, [i for i, (_, _, d) in enumerate(_SPEC) if d == dt and not _IS_ADDR[i]]) for dt in _INT_DTYPES),
-    (np.dtype(np.uint8), [i for i, a in enumerate(_IS_ADDR) if a]),
-)
+def _runs(cols: list[int]) -> list[tuple[int, int]]:
+    """[k0, k1) ranges of `cols` (column indexes) that are consecutive in field order."""
+    runs: list[tuple[int, int]] = []
+    for k, c in enumerate(cols):
+        if runs and cols[runs[-1][1] - 1] == c - 1:
+            runs[-1] = (runs[-1][0], k + 1)
+        else:
+            runs.append((k, k + 1))
+    return runs
+
+
+def _width_groups() -> list[tuple[np.dtype, int, list[int], list[tuple[int, int]]]]:
+    """(decoded dtype, bytes a row, column indexes, runs) per wire width; addresses are uint8 (rows, 16)."""
+    out: list[tuple[np.dtype, int, list[int], list[tuple[int, int]]]] = []
+    for dt in (np.dtype("<u4"), np.dtype("<u8")):
+        cols = [i for i, (_, _, d) in enumerate(_SPEC) if d == dt and not _IS_ADDR[i]]
+        out.append((dt, dt.itemsize, cols, _runs(cols)))
+    addrs = [i for i, a in enumerate(_IS_ADDR) if a]
+    out.append((np.dtype(np.uint8), 16, addrs, _runs(addrs)))
+    return out
+
+
+_WIDTH_GROUPS = _width_groups()
 
 
 def _decode_spans(batches: list[ScannedBatch], which: list[int]) -> dict[str, np.ndarray]:
     """Columns of the located (span) batches `which` (their sizes were checked by scan_batch).
 
-    The payloads of all columns of one dtype are joined column-major (column by
-    column, batches in order) into one buffer: column k of that dtype is then
-    row k of a (columns, total) view, with no copy per column.
+    Each width's columns are copied into one (columns, total rows) array.  In
+    a message, a run of columns that are consecutive in field order and equally
+    spaced (this encoder's layout: same width, same frame size) is copied as
+    one strided view; anything else column by column.
     """
-    datas = [memoryview(batches[i].data) for i in which]
-    total = sum(batches[i].rows for i in which)
-    spans = np.array([batches[i].spans for i in which], dtype=np.int64)  # (B, columns, 2)
+    rows = [batches[i].rows for i in which]
+    total = sum(rows)
+    spans = np.stack([batches[i].spans for i in which])  # type: ignore[misc]  # (B, columns, 2)
     columns: dict[str, np.ndarray] = {}
-    for dt, cols in _BY_DTYPE:
-        seg = spans[:, cols, :].transpose(1, 0, 2).reshape(-1, 2).tolist()
-        joined = b"".join([d[s:e] for d, (s, e) in zip(datas * len(cols), seg, strict=True)])
-        shape = (len(cols), total, 16) if dt.itemsize == 1 else (len(cols), total)  # 1: addresses
-        block: np.ndarray = np.frombuffer(joined, dtype=dt).reshape(shape)
+    for dt, width, cols, runs in _WIDTH_GROUPS:
+        # copy in units of the column's integer type (addresses: two uint64 a row): strided
+        # copies of 8-bit units are several times slower
+        unit = np.dtype("<u8") if width == 16 else dt
+        per_row = width // unit.itemsize
+        out = np.empty((len(cols), total * per_row), dtype=unit)
+        starts = spans[:, cols, 0]  # (B, K)
+        # per batch and run: the spacing of its columns, or -1 when they are not equally spaced
+        steps = []
+        for k0, k1 in runs:
+            if k1 - k0 == 1:
+                steps.append(np.zeros(len(which), dtype=np.int64))
+                continue
+            d = np.diff(starts[:, k0:k1], axis=1)
+            steps.append(np.where((d == d[:, :1]).all(axis=1), d[:, 0], -1))
+        step_rows = np.stack(steps, axis=1).tolist()  # (B, runs)
+        start_rows = starts.tolist()
+        offset = 0
+        usize = unit.itemsize
+        for b, i in enumerate(which):
+            data = memoryview(batches[i].data)
+            n = rows[b] * per_row
+            dst = slice(offset, offset + n)
+            st = start_rows[b]
+            for (k0, k1), step in zip(runs, step_rows[b], strict=True):
+                if step >= 0:
+                    out[k0:k1, dst] = np.ndarray((k1 - k0, n), unit, data, st[k0], (step, usize))
+                else:
+                    for k in range(k0, k1):
+                        out[k, dst] = np.ndarray((n,), unit, data, st[k])
+            offset += n
+        block = out.view(np.uint8).reshape(len(cols), total, 16) if width == 16 else out
         for k, col in enumerate(cols):
             columns[COLUMNS[col]] = block[k]
     return columns

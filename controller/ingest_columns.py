@@ -69,11 +69,10 @@ def _types() -> dict[str, str]:
         "bbr_bw",
     }
     out = dict(head)
-    started = False
+    # every other wire column is a tcp_info / BBR / skmeminfo counter of the same name
+    not_in_table = {"cc_index", "client_prefix", "client_prefix_len"}  # -> cc, prefix
     for name in COLUMNS:
-        if name == "ca_state":
-            started = True
-        if not started:
+        if name in out or name in not_in_table:
             continue
         out[name] = "UInt8" if name in u8 else "UInt64" if name in u64 else "UInt32"
     return out

@@ -39,8 +39,8 @@ from controller.ingest_columns import StrColumn, numpy_dtype
 from controller.store import StoreURL
 
 
-def serialize_strings(col: StrColumn) -> bytes:
-    """Native String column: varint length + UTF-8 bytes per row.
+def string_payload(col: StrColumn) -> np.ndarray:
+    """Native String column (varint length + UTF-8 bytes per row) as a uint8 array.
 
     Vectorized over rows: the distinct values are laid out once as a padded
     (values, width) byte matrix; rows are gathered by code and, when the
@@ -55,26 +55,38 @@ def serialize_strings(col: StrColumn) -> bytes:
     codes = np.asarray(col.codes)
     gathered = table.take(codes, axis=0)
     if bool((lens == width).all()):
-        return gathered.tobytes()
+        return gathered.reshape(-1)
     keep = np.arange(width) < lens[:, None]
-    return gathered[keep.take(codes, axis=0)].tobytes()
+    return gathered[keep.take(codes, axis=0)]
 
 
-def serialize_column(ch_type: str, col: np.ndarray | StrColumn) -> bytes | None:
-    """Native bytes of one column for `ch_type`, or None when this module does not handle the type."""
+def serialize_strings(col: StrColumn) -> bytes:
+    """Native String column: varint length + UTF-8 bytes per row."""
+    return string_payload(col).tobytes()
+
+
+def column_payload(ch_type: str, col: np.ndarray | StrColumn) -> np.ndarray | None:
+    """The Native payload of one column for `ch_type` as a contiguous array (its bytes, in order),
+    or None when this module does not handle the type."""
     if isinstance(col, StrColumn):
-        return serialize_strings(col) if ch_type == "String" else None
+        return string_payload(col) if ch_type == "String" else None
     if ch_type == "FixedString(16)":
         arr = np.ascontiguousarray(col)
         if arr.dtype == np.uint8 and arr.ndim == 2 and arr.shape[1] == 16:
-            return arr.tobytes()
+            return arr
         if arr.dtype.kind == "S" and arr.dtype.itemsize == 16:
-            return arr.tobytes()
+            return arr
         return None
     dtype = numpy_dtype(ch_type)
     if dtype is None or col.ndim != 1 or col.dtype.kind not in "ui":
         return None
-    return np.ascontiguousarray(col, dtype=dtype).tobytes()
+    return np.ascontiguousarray(col, dtype=dtype)
+
+
+def serialize_column(ch_type: str, col: np.ndarray | StrColumn) -> bytes | None:
+    """Native bytes of one column for `ch_type`, or None when this module does not handle the type."""
+    payload = column_payload(ch_type, col)
+    return None if payload is None else payload.tobytes()
 
 
 def _driver_items(col: np.ndarray | StrColumn) -> Any:
@@ -124,11 +136,11 @@ def serialize_block(
         BlockInfo().write(buf)
     write_varint(len(columns), buf)
     write_varint(rows, buf)
-    parts = [buf.getvalue()]
+    pieces: list[np.ndarray | bytes] = [buf.getvalue()]
     for name, col in columns.items():
         if len(col) != rows:
             raise ValueError(f"column {name} has {len(col)} rows, block has {rows}")
-        payload = serialize_column(types[name], col)
+        payload = column_payload(types[name], col)
         if payload is None:
             return None
         head = io.BytesIO()
@@ -136,9 +148,12 @@ def serialize_block(
         write_binary_str(types[name], head)
         if revision >= ch_defines.DBMS_MIN_REVISION_WITH_CUSTOM_SERIALIZATION:
             write_binary_uint8(0, head)
-        parts.append(head.getvalue())
-        parts.append(payload)
-    return NativeBlock(b"".join(parts), {name: types[name] for name in columns}, rows)
+        pieces.append(head.getvalue())
+        pieces.append(payload)
+    # one copy of each column, straight into the packet (bytes.join takes the arrays' buffers;
+    # the driver's socket writer needs bytes, not a bytearray)
+    data = b"".join(p.reshape(-1).view(np.uint8) if isinstance(p, np.ndarray) else p for p in pieces)
+    return NativeBlock(data, {name: types[name] for name in columns}, rows)
 
 
 class NativeInsertClient(Client):

@@ -287,11 +287,11 @@ def test_any_field_order_unknown_fields_and_repeats_decode_like_the_runtime() ->
     assert b"".join(fields) == data
     rng = np.random.default_rng(7)
     unknown = [
-        _varint(200 << 3 | 0) + _varint(2**40),  # varint
-        _varint(201 << 3 | 1) + bytes(8),  # fixed64
-        _varint(202 << 3 | 5) + bytes(4),  # fixed32
-        _varint(203 << 3 | 2) + b"\x03abc",  # length-delimited
-        _varint(204 << 3 | 3) + _varint(1 << 3 | 0) + b"\x05" + _varint(204 << 3 | 4),  # group
+        _varint(900 << 3 | 0) + _varint(2**40),  # varint
+        _varint(901 << 3 | 1) + bytes(8),  # fixed64
+        _varint(902 << 3 | 5) + bytes(4),  # fixed32
+        _varint(903 << 3 | 2) + b"\x03abc",  # length-delimited
+        _varint(904 << 3 | 3) + _varint(1 << 3 | 0) + b"\x05" + _varint(904 << 3 | 4),  # group
     ]
     rtt = TcpInfoBatch.FromString(data).rtt
     rtt_num = TcpInfoBatch.DESCRIPTOR.fields_by_name["rtt"].number

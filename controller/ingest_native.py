@@ -152,7 +152,7 @@ def serialize_block(
         pieces.append(payload)
     # one copy of each column, straight into the packet (bytes.join takes the arrays' buffers;
     # the driver's socket writer needs bytes, not a bytearray)
-    data = b"".join(p.reshape(-1).view(np.uint8) if isinstance(p, np.ndarray) else p for p in pieces)
+    data = b"".join([p.reshape(-1).view(np.uint8).data if isinstance(p, np.ndarray) else p for p in pieces])
     return NativeBlock(data, {name: types[name] for name in columns}, rows)
 
 

@@ -99,13 +99,14 @@ def _client(url: str, query: str, stdin: Path | None = None, stdout: Path | None
                 f.close()
 
 
-def _produce(kafka: str, topic: str, msgs: list[tuple[str, bytes]]) -> None:
+def _produce(kafka: str, topic: str, msgs: list[tuple[str, bytes]], **extra: object) -> None:
     producer = Producer(
         {
             "bootstrap.servers": kafka,
             "linger.ms": 20,
             "batch.size": 1 << 20,
             "queue.buffering.max.kbytes": 1 << 20,
+            **extra,
         }
     )
     for host, value in msgs:

@@ -39,14 +39,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="replay a length-delimited batch file (collector --sink file) instead of Kafka; repeatable",
     )
     a("--drain", action="store_true", help="exit 0 once every assigned partition is caught up")
-    a("--max-rows", type=int, default=200_000, help="flush after this many rows (default 200000)")
+    a("--max-rows", type=int, default=300_000, help="flush after this many rows (default 300000)")
     a(
         "--min-rows",
         type=int,
         default=50_000,
         help="flush as soon as the previous insert is done and this many rows wait (default 50000)",
     )
-    a("--max-bytes", type=int, default=48 << 20, help="flush after this many message bytes (default 48 MiB)")
+    a("--max-bytes", type=int, default=128 << 20, help="flush after this many message bytes (default 128 MiB)")
     a("--max-wait", default="2s", help="flush buffered messages at least this often (default 2s)")
     a("--backoff-max", default="30s", help="cap of the retry backoff while the store is down (default 30s)")
     a("--no-migrate", action="store_true", help="do not apply schema migrations at start")
@@ -78,11 +78,13 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"--from-file {path}: no such file")
     from collector.heap_tuning import keep_freed_memory
 
-    keep_freed_memory()  # each flush cycles ~100 MB of buffers: reuse them, don't page-fault them anew
+    # A flush cycles several times --max-bytes of buffers (messages, columns, the Native packet,
+    # the next group): keep them resident and reuse them instead of page-faulting them anew.
+    keep_freed_memory(prefault=2 * args.max_bytes)
     # A flush allocates thousands of small objects; with the default thresholds the cyclic GC
-    # walked the whole heap often enough to take ~6% of the loader's CPU.  Freeze what startup
-    # made (never freed) and collect less often; the loader creates no long-lived cycles.
-    gc.freeze()
+    # walked the whole heap often enough to take ~6% of the loader's CPU.  The loader makes no
+    # long-lived cycles, so collect much less often.  (gc.freeze() would help more, but chDB
+    # crashed at interpreter exit with frozen objects.)
     gc.set_threshold(50_000, 20, 20)
     metrics = IngestMetrics()
     start_metrics(args.metrics_port, metrics.registry)

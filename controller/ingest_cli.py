@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 
     # A flush cycles several times --max-bytes of buffers (messages, columns, the Native packet,
     # the next group): keep them resident and reuse them instead of page-faulting them anew.
-    keep_freed_memory(prefault=2 * args.max_bytes)
+    keep_freed_memory(prefault=4 * args.max_bytes)
     # A flush allocates thousands of small objects; with the default thresholds the cyclic GC
     # walked the whole heap often enough to take ~6% of the loader's CPU.  The loader makes no
     # long-lived cycles, so collect much less often.  (gc.freeze() would help more, but chDB

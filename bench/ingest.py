@@ -4,8 +4,10 @@
                            [--clickhouse clickhouse://default:@127.0.0.1:19000/default]
 
 1. Makes ROWS rows of realistic columns (controller.ingest_synth, encoded by the
-   collector's codec into ~64 KB TcpInfoBatch messages, 8 hosts; topics have 4
-   partitions).
+   collector's codec, one message per poll of 280 sockets as the collector's
+   default caps split them (~120 KB each), 8 hosts; topics have 4 partitions),
+   and produces them zstd-compressed at level 1 like the collector's Kafka sink
+   (--compression none|lz4|zstd to compare).
 2. Reference: the same rows as a Native file (SELECT ... FORMAT Native from a
    scratch load), inserted by `clickhouse-client --port P` into a fresh
    database with the full schema (same materialized views the loader feeds).
@@ -37,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from collector.batch_codec import decode_batch
+from collector.batch_codec import DEFAULT_MAX_BYTES, decode_batch
 from controller.ingest_synth import synth_messages
 from controller.ingest_writer import BatchWriter
 from controller.migrate import apply_migrations
@@ -127,7 +129,15 @@ def _topic(admin: AdminClient) -> str:
     return topic
 
 
-def _loaders(n: int, kafka: str, admin: AdminClient, url: str, msgs: list[tuple[str, bytes]], rows: int) -> float:
+def _loaders(
+    n: int,
+    kafka: str,
+    admin: AdminClient,
+    url: str,
+    msgs: list[tuple[str, bytes]],
+    rows: int,
+    produce_cfg: dict[str, object],
+) -> float:
     """n loaders on a fresh topic; returns rows/s over the loaders' combined window.
 
     One loader: the messages are produced first and the loader runs with --drain.
@@ -137,7 +147,7 @@ def _loaders(n: int, kafka: str, admin: AdminClient, url: str, msgs: list[tuple[
     topic = _topic(admin)
     group = f"bench-{uuid.uuid4().hex[:8]}"
     if n == 1:
-        _produce(kafka, topic, msgs)
+        _produce(kafka, topic, msgs, **produce_cfg)
     procs = []
     for i in range(n):
         log = open(Path(tempfile.gettempdir()) / f"bench_ingest_{group}_{i}.log", "w+")  # noqa: SIM115
@@ -171,7 +181,7 @@ def _loaders(n: int, kafka: str, admin: AdminClient, url: str, msgs: list[tuple[
                 time.sleep(0.2)
             else:
                 raise SystemExit("loaders did not get partitions within 60 s")
-            _produce(kafka, topic, msgs)
+            _produce(kafka, topic, msgs, **produce_cfg)
         deadline = time.monotonic() + 600
         while _count(url) < rows and procs[0][0].poll() is None:
             if time.monotonic() > deadline:
@@ -215,10 +225,14 @@ def main() -> int:
         default=os.environ.get("DYNCC_TEST_CLICKHOUSE", "clickhouse://default:@127.0.0.1:19000/default"),
     )
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases and topic")
+    ap.add_argument("--compression", default="zstd", choices=("none", "lz4", "zstd"), help="producer codec")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    msgs = list(synth_messages(args.rows, hosts=8, rows_per_poll=280, seed=42, max_bytes=64 * 1024))
+    msgs = list(synth_messages(args.rows, hosts=8, rows_per_poll=280, seed=42, max_bytes=DEFAULT_MAX_BYTES))
+    produce_cfg: dict[str, object] = {"compression.type": args.compression}
+    if args.compression == "zstd":
+        produce_cfg["compression.level"] = 1
     total_bytes = sum(len(m) for _, m in msgs)
     assert sum(decode_batch(m).row_count for _, m in msgs[:3]) > 0
     print(
@@ -254,13 +268,13 @@ def main() -> int:
         print(f"clickhouse-client native insert: {ref1:,.0f} rows/s")
         url1 = _fresh_db(args.clickhouse, "one")
         dbs.append(url1)
-        one = _loaders(1, args.kafka, admin, url1, msgs, args.rows)
+        one = _loaders(1, args.kafka, admin, url1, msgs, args.rows, produce_cfg)
         print(f"one loader:  {one:,.0f} rows/s")
         ref2 = reference()
         print(f"clickhouse-client native insert: {ref2:,.0f} rows/s")
         url2 = _fresh_db(args.clickhouse, "two")
         dbs.append(url2)
-        two = _loaders(2, args.kafka, admin, url2, msgs, args.rows)
+        two = _loaders(2, args.kafka, admin, url2, msgs, args.rows, produce_cfg)
         print(f"two loaders: {two:,.0f} rows/s")
 
     ref = max(ref1, ref2)

@@ -277,14 +277,17 @@ def split_bodies(
     nbatches = -(-total // min(max_rows, fit))
     per = -(-total // nbatches)
     out: list[tuple[int, bytes]] = []
+    heads: dict[int, list[bytes]] = {}  # rows -> tag + length prefix per column (batches share sizes)
     for start in range(0, total, per):
         stop = min(start + per, total)
+        n = stop - start
+        if n not in heads:
+            heads[n] = [tag + encode_varint(n * width) for tag, width in zip(_TAGS, _WIDTHS, strict=True)]
         parts: list[bytes | memoryview] = []
-        for tag, width, payload in zip(_TAGS, _WIDTHS, payloads, strict=True):
-            parts.append(tag)
-            parts.append(encode_varint((stop - start) * width))
+        for head, width, payload in zip(heads[n], _WIDTHS, payloads, strict=True):
+            parts.append(head)
             parts.append(payload[start * width : stop * width])
-        out.append((stop - start, b"".join(parts)))
+        out.append((n, b"".join(parts)))
     return out
 
 

@@ -9,32 +9,65 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
+from typing import Any
 
-from collector.collect_config import add_arguments, load_config
+from collector.collect_config import add_arguments, load_raw
+from collector.collect_prefetch import Prefetch
+from collector.collect_start import exit_now, process_is_dyncc, start_prefetch
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    if "numpy" not in sys.modules:
+        # the collector does no linear algebra; numpy's idle BLAS threads would spin on a CPU
+        # for ~0.1 s after import, next to the dump (set here: the CLI may import numpy before run())
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n", 2)[2] if __doc__ else None
     add_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    raw = load_raw(args)  # numpy-free: --once starts the kernel dump before the heavy imports
+    once = bool(raw["once"])
+    gc_was_enabled = gc.isenabled()
+    prefetch = None
+    if once:
+        gc.disable()  # a one-shot run frees its memory by exiting
+        prefetch = start_prefetch(raw)
+    try:
+        code = _run(raw, prefetch)
+    finally:
+        if prefetch is not None:
+            prefetch.close()
+        if gc_was_enabled:
+            gc.enable()
+    if once and process_is_dyncc():
+        exit_now(code)  # everything is flushed and acknowledged: skip the interpreter's teardown
+    return code
+
+
+def _run(raw: dict[str, Any], prefetch: Prefetch | None) -> int:
+    from collector.collect_config import build_config
     from collector.collect_metrics import CollectMetrics
     from collector.collect_runner import CollectLoop, make_sink
     from collector.daemon import StopFlag, setup_logging, start_metrics
 
-    cfg = load_config(args)
+    cfg = build_config(raw)
     setup_logging(cfg.verbose)
+    if not cfg.once and process_is_dyncc():
+        from collector.heap_tuning import keep_freed_memory
+
+        keep_freed_memory()  # each poll cycles ~50 MB of buffers per 100k sockets: reuse them
     metrics = CollectMetrics(prometheus=cfg.metrics_port != 0)
     start_metrics(cfg.metrics_port, metrics.registry)
     sink = make_sink(cfg, metrics)
     stop = StopFlag()
     with stop.installed():
         try:
-            return CollectLoop(cfg, sink, metrics, stop).run()
+            return CollectLoop(cfg, sink, metrics, stop, prefetch).run()
         except BrokenPipeError:  # `--sink stdout | head`: the reader went away
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())

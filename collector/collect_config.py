@@ -12,15 +12,20 @@ import argparse
 import os
 import re
 import socket
-import tomllib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from collector.batch_codec import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
+from collector.collect_netlink import DEFAULT_STATES, TCP_STATES
 from collector.daemon import ConfigError, parse_duration
-from collector.filters import DEFAULT_EXCLUDES, FilterSpec, parse_networks
-from collector.netlink_diag import DEFAULT_STATES, TCP_STATES
-from collector.poller import PollerConfig
+
+if TYPE_CHECKING:
+    from collector.poller import PollerConfig
+
+# numpy-free on import (a one-shot collector starts its dump before numpy loads):
+# the filter, poller and codec modules are imported by build_config().
+#: = batch_codec.DEFAULT_MAX_ROWS / DEFAULT_MAX_BYTES (a test keeps them equal)
+DEFAULT_MAX_ROWS = 4096
+DEFAULT_MAX_BYTES = 900_000
 
 SINKS = ("kafka", "file", "stdout")
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -158,6 +163,8 @@ def _int(value: Any, what: str, lo: int, hi: int) -> int:
 
 
 def _read_toml(path: str) -> dict[str, Any]:
+    import tomllib
+
     try:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)
@@ -185,8 +192,8 @@ def _read_toml(path: str) -> dict[str, Any]:
     return out
 
 
-def load_config(args: argparse.Namespace) -> CollectConfig:
-    """Merge defaults, the TOML file and the flags; validate; ConfigError on any bad value."""
+def load_raw(args: argparse.Namespace) -> dict[str, Any]:
+    """Defaults < the TOML file < the flags, not yet validated (ConfigError for a bad file)."""
     raw: dict[str, Any] = {k: v for k, (_, v) in _KEYS.items()}
     if getattr(args, "config", None):
         raw.update(_read_toml(args.config))
@@ -194,10 +201,30 @@ def load_config(args: argparse.Namespace) -> CollectConfig:
         value = getattr(args, key, None)
         if value is not None:
             raw[key] = value
-    return build_config(raw)
+    return raw
+
+
+def load_config(args: argparse.Namespace) -> CollectConfig:
+    """Merge defaults, the TOML file and the flags; validate; ConfigError on any bad value."""
+    return build_config(load_raw(args))
+
+
+def parse_states(items: Any) -> list[int]:
+    """State names (repeatable, comma-separated) -> kernel state numbers; ConfigError if unknown."""
+    states: list[int] = []
+    for name in items:
+        for part in str(name).split(","):
+            key = part.strip().lower().replace("_", "-")
+            if key not in TCP_STATES:
+                raise ConfigError(f"bad state {part!r}: use one of {', '.join(TCP_STATES)}")
+            states.append(TCP_STATES[key])
+    return states
 
 
 def build_config(raw: dict[str, Any]) -> CollectConfig:
+    from collector.filters import DEFAULT_EXCLUDES, FilterSpec, parse_networks
+    from collector.poller import PollerConfig
+
     interval = parse_duration(raw["interval"], "interval")
     if interval <= 0:
         raise ConfigError(f"bad interval {raw['interval']!r}: must be positive")
@@ -221,13 +248,7 @@ def build_config(raw: dict[str, Any]) -> CollectConfig:
         if not _TOPIC.match(topic):
             raise ConfigError(f"bad topic {topic!r}: letters, digits, '.', '_', '-' only")
 
-    states: list[int] = []
-    for name in raw["state"]:
-        for part in str(name).split(","):
-            key = part.strip().lower().replace("_", "-")
-            if key not in TCP_STATES:
-                raise ConfigError(f"bad state {part!r}: use one of {', '.join(TCP_STATES)}")
-            states.append(TCP_STATES[key])
+    states = parse_states(raw["state"])
     if not states:
         raise ConfigError("no TCP state selected")
     ports: set[int] = set()

@@ -15,6 +15,7 @@ import time
 
 from collector.collect_config import CollectConfig
 from collector.collect_metrics import CollectMetrics
+from collector.collect_prefetch import Prefetch
 from collector.daemon import ConfigError, StopFlag
 from collector.netlink_diag import DumpTimeout
 from collector.poller import Poller, PollResult
@@ -60,12 +61,19 @@ def record(metrics: CollectMetrics, result: PollResult, took: float) -> None:
 
 
 class CollectLoop:
-    def __init__(self, cfg: CollectConfig, sink: Sink, metrics: CollectMetrics, stop: StopFlag) -> None:
+    def __init__(
+        self,
+        cfg: CollectConfig,
+        sink: Sink,
+        metrics: CollectMetrics,
+        stop: StopFlag,
+        prefetch: Prefetch | None = None,
+    ) -> None:
         self.cfg = cfg
         self.sink = sink
         self.metrics = metrics
         self.stop = stop
-        self.poller = Poller(cfg.poller)
+        self.poller = Poller(cfg.poller, prefetch=prefetch)
         self.polls = 0
 
     def poll_once(self) -> float:

@@ -17,13 +17,23 @@ and no input makes these functions raise.
 
 from __future__ import annotations
 
-import mmap
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from collector.collect_netlink import (  # noqa: F401 - the numpy-free part, re-exported
+    NLM_F_DUMP_INTR,
+    NLMSG_DONE,
+    NLMSG_ERROR,
+    NLMSG_HDRLEN,
+    SOCK_DIAG_BY_FAMILY,
+    Buf,
+    WalkResult,
+    may_end_dump,
+    walk_messages,
+)
 from collector.tcpinfo_layout import (
     APP_LIMITED_BYTE,
     FIELDS,
@@ -32,11 +42,6 @@ from collector.tcpinfo_layout import (
     WSCALE_BYTE,
 )
 
-NLMSG_HDRLEN = 16
-NLMSG_ERROR = 2
-NLMSG_DONE = 3
-NLM_F_DUMP_INTR = 0x10
-SOCK_DIAG_BY_FAMILY = 20
 DIAG_MSG_LEN = NLMSG_HDRLEN + 72  # nlmsghdr + struct inet_diag_msg
 
 INET_DIAG_INFO = 2
@@ -51,9 +56,6 @@ BBR_INFO_LEN = 20
 SKMEM_WORDS = 9
 #: Zero bytes a parse buffer must carry past its last message (gathers read fixed widths).
 PAD = 4 * TCP_INFO_WORDS + 64
-
-#: Anything parsing reads from: received datagrams, chunk buffers (anonymous mmaps).
-Buf = bytes | bytearray | memoryview | mmap.mmap
 
 #: Error kinds (the `kind` of ParseErrorCount).
 ERROR_KINDS = (
@@ -100,92 +102,6 @@ class ErrorCounts(Counter[str]):
 
 
 @dataclass
-class WalkResult:
-    """What one received datagram held."""
-
-    offsets: list[int] = field(default_factory=list)  # byte offsets of SOCK_DIAG messages
-    lengths: list[int] = field(default_factory=list)
-    done: bool = False  # NLMSG_DONE seen
-    error: int = 0  # errno from NLMSG_ERROR (positive), 0 if none
-    interrupted: bool = False
-
-
-def walk_messages(buf: Buf, start: int, end: int) -> WalkResult:
-    """Walk the netlink messages in buf[start:end] (one datagram); never raises.
-
-    start must be 4-aligned.  Errors are returned in the result's counters via
-    `error`/`interrupted` and by stopping at the first malformed header; the
-    caller counts `short_message` / `truncated_message` through `walk_errors`.
-    """
-    res = WalkResult()
-    mv = memoryview(buf)
-    end = min(end, len(mv))
-    if start % 4 or end <= start:
-        return res
-    words = mv[: end - (end % 4)].cast("I") if end >= 4 else None
-    if words is None:
-        return res
-    i = start
-    offsets, lengths = res.offsets, res.lengths
-    while i + NLMSG_HDRLEN <= end:
-        w = i >> 2
-        length = words[w]
-        if length < NLMSG_HDRLEN:
-            res.error = res.error or -1  # short header: stop
-            break
-        if i + length > end:
-            res.error = res.error or -2  # truncated: stop
-            break
-        tf = words[w + 1]
-        mtype = tf & 0xFFFF
-        if tf & (NLM_F_DUMP_INTR << 16):
-            res.interrupted = True
-        if mtype == SOCK_DIAG_BY_FAMILY:
-            offsets.append(i)
-            lengths.append(length)
-        elif mtype == NLMSG_DONE:
-            res.done = True
-            status = words[w + 4] if length >= NLMSG_HDRLEN + 4 else 0
-            if status & 0x80000000:  # the dump ended with -errno
-                res.error = (1 << 32) - status
-            break
-        elif mtype == NLMSG_ERROR:
-            errno = words[w + 4] if length >= NLMSG_HDRLEN + 4 else 0
-            # struct nlmsgerr.error is a negative errno; 0 is an ACK
-            signed = errno - (1 << 32) if errno & 0x80000000 else errno
-            if signed != 0:
-                res.error = abs(signed)
-                res.done = True
-                break
-        else:
-            res.error = res.error or -3
-        i += (length + 3) & ~3
-    return res
-
-
-def may_end_dump(buf: Buf, start: int, end: int) -> bool:
-    """O(1) test whether a datagram can hold NLMSG_DONE / NLMSG_ERROR.
-
-    NLMSG_DONE is the last message of a dump and 20 bytes long (no extended
-    ACK is asked for), so it sits in the datagram's last 20 bytes; an error
-    reply comes first.  False positives are settled by walk_messages().
-    """
-    n = end - start
-    if n < NLMSG_HDRLEN:
-        return True
-    first = int.from_bytes(buf[start + 4 : start + 6], "little")
-    if first in (NLMSG_DONE, NLMSG_ERROR):
-        return True
-    if n >= 20:
-        tail = end - 20
-        if int.from_bytes(buf[tail : tail + 4], "little") == 20 and (
-            int.from_bytes(buf[tail + 4 : tail + 6], "little") == NLMSG_DONE
-        ):
-            return True
-    return False
-
-
-@dataclass
 class ChunkWalk:
     """SOCK_DIAG messages found in a run of datagrams, and how the run ended."""
 
@@ -194,6 +110,37 @@ class ChunkWalk:
     done: bool = False
     error: int = 0  # positive errno from NLMSG_ERROR / NLMSG_DONE, 0 if none
     interrupted: bool = False
+
+
+def _tiled_datagrams(u32: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Datagrams that are whole runs of same-length SOCK_DIAG messages (the usual dump datagram).
+
+    Returns (tiled mask per datagram, their message offsets, lengths).  A
+    datagram qualifies only when every message in it has the first one's
+    length (a multiple of 4 that divides the datagram), type SOCK_DIAG_BY_FAMILY
+    and no DUMP_INTR flag: exactly what the walk would find there, with no error.
+    """
+    first = u32[starts >> 2].astype(np.int64)
+    span = ends - starts
+    ok = (first >= NLMSG_HDRLEN) & (first % 4 == 0)
+    ok &= span % np.where(ok, first, 1) == 0
+    if not ok.any():
+        return ok, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    idx = np.flatnonzero(ok)
+    count = span[idx] // first[idx]
+    total = int(count.sum())
+    group = np.repeat(np.arange(idx.shape[0]), count)
+    within = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+    length = first[idx][group]
+    off = starts[idx][group] + within * length
+    w = off >> 2
+    tf = u32[w + 1]
+    good = (u32[w] == length) & ((tf & 0xFFFF) == SOCK_DIAG_BY_FAMILY) & ((tf & (NLM_F_DUMP_INTR << 16)) == 0)
+    bad_groups = np.zeros(idx.shape[0], dtype=bool)
+    bad_groups[group[~good]] = True
+    ok[idx[bad_groups]] = False
+    keep = ~bad_groups[group]
+    return ok, off[keep], length[keep]
 
 
 def walk_datagrams(buf: Buf, starts: np.ndarray, ends: np.ndarray, errors: ErrorCounts) -> ChunkWalk:
@@ -211,6 +158,12 @@ def walk_datagrams(buf: Buf, starts: np.ndarray, ends: np.ndarray, errors: Error
     u32 = np.frombuffer(buf, dtype=np.uint32, count=size // 4)
     found_off: list[np.ndarray] = []
     found_len: list[np.ndarray] = []
+    if starts.size:
+        tiled, tiled_off, tiled_len = _tiled_datagrams(u32, starts, ends)
+        if tiled.any():
+            found_off.append(tiled_off)
+            found_len.append(tiled_len)
+            starts, ends = starts[~tiled], ends[~tiled]
     done = False
     error = 0
     interrupted = False
@@ -263,6 +216,9 @@ def walk_datagrams(buf: Buf, starts: np.ndarray, ends: np.ndarray, errors: Error
         errors["dump_interrupted"] += 1
     offs = np.concatenate(found_off) if found_off else np.zeros(0, dtype=np.int64)
     lens = np.concatenate(found_len) if found_len else np.zeros(0, dtype=np.int64)
+    if len(found_off) > 1:
+        order = np.argsort(offs, kind="stable")
+        offs, lens = offs[order], lens[order]
     return ChunkWalk(offsets=offs, lengths=lens, done=done, error=error, interrupted=interrupted)
 
 
@@ -405,6 +361,69 @@ def _cc_table(
     return index, names
 
 
+_LAYOUT_TRIES = 4  # layouts tried per parse (sockets of one kernel come in a few shapes)
+
+
+def _attr_layout(u32: np.ndarray, off: int, length: int) -> list[tuple[int, int]] | None:
+    """(offset in the message, header word) of each attribute of one message; None if malformed.
+
+    Follows the same rules as the lock-step walk, so a message whose words match
+    the layout gets exactly the positions that walk would find.
+    """
+    layout: list[tuple[int, int]] = []
+    rel = DIAG_MSG_LEN
+    while rel + 4 <= length:
+        if len(layout) >= MAX_ATTRS:
+            return None
+        word = int(u32[(off + rel) >> 2])
+        nla_len = word & 0xFFFF
+        if nla_len < 4 or rel + nla_len > length:
+            return None
+        layout.append((rel, word))
+        rel += (nla_len + 3) & ~3
+    return layout
+
+
+def _apply_layouts(
+    u32: np.ndarray,
+    offs: np.ndarray,
+    lens: np.ndarray,
+    found: dict[int, np.ndarray],
+    flen: dict[int, np.ndarray],
+) -> np.ndarray:
+    """Fill found/flen for messages matching the layout of a not yet matched message.
+
+    Returns the indexes of the messages left for the lock-step walk.
+    """
+    todo = np.arange(offs.shape[0])
+    for _ in range(_LAYOUT_TRIES):
+        if todo.size < 64:
+            break
+        first = int(todo[0])
+        length = int(lens[first])
+        layout = _attr_layout(u32, int(offs[first]), length)
+        if layout is None:
+            break
+        sel = np.flatnonzero(lens[todo] == length)
+        base = offs[todo[sel]] >> 2
+        match = np.ones(sel.shape[0], dtype=bool)
+        for rel, word in layout:
+            match &= u32[base + (rel >> 2)] == np.uint32(word)
+        taken = np.zeros(todo.shape[0], dtype=bool)
+        taken[sel[match]] = True
+        hit = todo[taken]
+        pos: dict[int, tuple[int, int]] = {}
+        for rel, word in layout:
+            t = (word >> 16) & 0x3FFF
+            if t in found:
+                pos[t] = (rel + 4, (word & 0xFFFF) - 4)  # the last one wins, as in the walk
+        for t, (rel, size) in pos.items():
+            found[t][hit] = offs[hit] + rel
+            flen[t][hit] = size
+        todo = todo[~taken]
+    return todo
+
+
 def parse_messages(
     buf: Buf,
     offsets: Iterable[int] | np.ndarray,
@@ -461,15 +480,17 @@ def parse_messages(
         hdr, offs, lens = hdr[good], offs[good], lens[good]
     rows = hdr.shape[0]
 
-    # ---- attributes: walk every message's chain in lock step
+    # ---- attributes: messages laid out like an earlier one (same length, same attribute
+    # headers at the same places) take its positions; the rest walk their chains in lock step
     found = {
         t: np.full(rows, -1, dtype=np.int64)
         for t in (INET_DIAG_INFO, INET_DIAG_CONG, INET_DIAG_BBRINFO, INET_DIAG_SKMEMINFO)
     }
     flen = {t: np.zeros(rows, dtype=np.int64) for t in found}
+    todo = _apply_layouts(u32, offs, lens, found, flen)
     cur = offs + DIAG_MSG_LEN
     end = offs + lens
-    active = np.nonzero(cur + 4 <= end)[0]
+    active = todo[cur[todo] + 4 <= end[todo]]
     steps = 0
     while active.size and steps < MAX_ATTRS:
         steps += 1

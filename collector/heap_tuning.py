@@ -15,7 +15,6 @@ mapped at its high-water mark.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 
 log = logging.getLogger("dyncc")
@@ -32,11 +31,8 @@ def keep_freed_memory(prefault: int = 0) -> bool:
     the first cycles find resident memory too (they would page-fault all of
     their buffers otherwise: the first flushes of a loader ran 2-3x slower).
     """
-    name = ctypes.util.find_library("c")
-    if not name:
-        return False
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(None)  # the process's own symbols (find_library would run ldconfig)
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False

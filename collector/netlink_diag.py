@@ -14,12 +14,10 @@ thread, then back), and keeps dumping that namespace afterwards.
 
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import queue
 import socket
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -27,122 +25,38 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from collector.diag_parse import (
-    PAD,
-    SOCK_DIAG_BY_FAMILY,
-    ErrorCounts,
-    Parsed,
+from collector.collect_netlink import (  # noqa: F401 - the numpy-free part, re-exported
+    DEFAULT_CHUNK,
+    DEFAULT_EXT,
+    DEFAULT_STATES,
+    EXT_CONG,
+    EXT_INFO,
+    EXT_SKMEMINFO,
+    EXT_VEGASINFO,
+    IPPROTO_TCP,
+    NETLINK_SOCK_DIAG,
+    NLM_F_DUMP,
+    NLM_F_REQUEST,
+    RCVBUF,
+    RECV_SIZE,
+    STATE_NAMES,
+    TCP_STATES,
+    Buf,
+    DumpError,
+    DumpTimeout,
+    build_request,
     may_end_dump,
-    parse_messages,
-    walk_datagrams,
+    open_diag_socket,
+    state_mask,
     walk_messages,
 )
-
-NETLINK_SOCK_DIAG = 4
-NLM_F_REQUEST = 0x01
-NLM_F_DUMP = 0x300
-IPPROTO_TCP = 6
-
-# idiag_ext bits: 1 << (INET_DIAG_x - 1)
-EXT_INFO = 1 << (2 - 1)
-EXT_VEGASINFO = 1 << (3 - 1)  # also makes the kernel send INET_DIAG_BBRINFO for bbr sockets
-EXT_CONG = 1 << (4 - 1)
-EXT_SKMEMINFO = 1 << (7 - 1)
-DEFAULT_EXT = EXT_INFO | EXT_VEGASINFO | EXT_CONG | EXT_SKMEMINFO
-
-TCP_STATES = {
-    "established": 1, "syn-sent": 2, "syn-recv": 3, "fin-wait-1": 4, "fin-wait-2": 5,
-    "time-wait": 6, "close": 7, "close-wait": 8, "last-ack": 9, "listen": 10, "closing": 11,
-    "new-syn-recv": 12,
-}  # fmt: skip
-STATE_NAMES = {v: k for k, v in TCP_STATES.items()}
-#: Connected states except LISTEN, TIME_WAIT and SYN_RECV.
-DEFAULT_STATES = ("established", "syn-sent", "fin-wait-1", "fin-wait-2", "close-wait", "last-ack", "closing")
-
-RECV_SIZE = 64 * 1024
-DEFAULT_CHUNK = 8 * 1024 * 1024
-RCVBUF = 4 * 1024 * 1024
-
-_REQ = struct.Struct("=IHHII BBBB I HH16s16sI8s")
-
-
-class DumpError(Exception):
-    """The dump could not be done (netlink error, namespace missing, timeout)."""
-
-
-class DumpTimeout(DumpError):
-    """The per-poll deadline passed during the dump."""
-
-
-def state_mask(states: tuple[int, ...] | list[int] | frozenset[int]) -> int:
-    mask = 0
-    for s in states:
-        mask |= 1 << s
-    return mask
-
-
-def build_request(family: int, states: int, ext: int, seq: int) -> bytes:
-    """nlmsghdr + inet_diag_req_v2 asking for a dump of all TCP sockets of a family."""
-    return _REQ.pack(
-        _REQ.size, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq, 0,
-        family, IPPROTO_TCP, ext & 0xFF, 0, states & 0xFFFFFFFF,
-        0, 0, bytes(16), bytes(16), 0, b"\xff" * 8,
-    )  # fmt: skip
-
-
-def open_diag_socket(netns: str | None = None) -> socket.socket:
-    """A bound NETLINK_SOCK_DIAG socket, created inside `netns` when given."""
-    if not netns:
-        return _open()
-    path = netns if "/" in netns else f"/var/run/netns/{netns}"
-    if not os.path.exists(path):
-        raise DumpError(f"network namespace {netns!r} does not exist ({path})")
-    own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        try:
-            target = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise DumpError(f"cannot open network namespace {netns!r}: {exc.strerror}") from exc
-        try:
-            _setns(target)
-        except OSError as exc:
-            raise DumpError(f"cannot enter network namespace {netns!r}: {exc.strerror}") from exc
-        finally:
-            os.close(target)
-        try:
-            return _open()
-        finally:
-            _setns(own)
-    finally:
-        os.close(own)
-
-
-_CLONE_NEWNET = 0x40000000
-_libc: ctypes.CDLL | None = None
-
-
-def _setns(fd: int) -> None:
-    """setns(2) for this thread (os.setns arrives in Python 3.12)."""
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    if _libc.setns(fd, _CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-def _open() -> socket.socket:
-    sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW | socket.SOCK_CLOEXEC, NETLINK_SOCK_DIAG)
-    try:
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, 33, RCVBUF)  # SO_RCVBUFFORCE (root)
-        except OSError:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF)
-        sock.bind((0, 0))
-    except OSError:
-        sock.close()
-        raise
-    return sock
+from collector.diag_parse import (
+    PAD,
+    ErrorCounts,
+    Parsed,
+    parse_messages,
+    walk_datagrams,
+)
 
 
 @dataclass
@@ -156,6 +70,32 @@ class DumpResult:
 def chunk_buffer_size(chunk_bytes: int) -> int:
     """Bytes of a chunk buffer: the chunk, one more datagram, and the parser's zero padding."""
     return max(chunk_bytes, RECV_SIZE) + RECV_SIZE + PAD
+
+
+def process_chunk(
+    buf: Buf,
+    starts: list[int],
+    ends: list[int],
+    res: DumpResult,
+    errors: ErrorCounts,
+    on_chunk: Callable[[Parsed], None],
+    seq: int,
+    pid: int,
+) -> DumpError | None:
+    """Walk and parse one chunk of received datagrams (buf[starts[j]:ends[j]]) into `on_chunk`.
+
+    Returns the DumpError when the kernel reported one (the dump is over), else None.
+    """
+    res.datagrams += len(starts)
+    res.bytes += sum(e - s for s, e in zip(starts, ends, strict=True))
+    walk = walk_datagrams(buf, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64), errors)
+    res.interrupted |= walk.interrupted
+    if walk.error:
+        return DumpError(f"netlink dump failed: {os.strerror(walk.error)}")
+    res.messages += int(walk.offsets.shape[0])
+    if walk.offsets.shape[0]:
+        on_chunk(parse_messages(buf, walk.offsets, walk.lengths, errors, seq=seq, pid=pid))
+    return None
 
 
 class _Stopped(Exception):
@@ -300,19 +240,11 @@ class DiagDumper:
                     failure = item
                     break
                 try:
-                    res.datagrams += len(item.starts)
-                    res.bytes += sum(e - s for s, e in zip(item.starts, item.ends, strict=True))
-                    walk = walk_datagrams(item.buf, np.array(item.starts), np.array(item.ends), errors)
-                    res.interrupted |= walk.interrupted
-                    if walk.error:
-                        failure = DumpError(f"netlink dump failed: {os.strerror(walk.error)}")
-                        break
-                    res.messages += int(walk.offsets.shape[0])
-                    if walk.offsets.shape[0]:
-                        parsed = parse_messages(item.buf, walk.offsets, walk.lengths, errors, seq=seq, pid=self.pid)
-                        on_chunk(parsed)
+                    failure = process_chunk(item.buf, item.starts, item.ends, res, errors, on_chunk, seq, self.pid)
                 finally:
                     self._pool.put(item.buf)
+                if failure is not None:
+                    break
         finally:
             stop.set()
             if reader.is_alive():

@@ -16,13 +16,16 @@ NLM_F_DUMP_INTR is retried once; rows of the interrupted attempt that were
 already sent are left out of the retry (by socket cookie), so no socket is
 exported twice.
 
+A Poller given a Prefetch (collect_prefetch: `--once` starts the kernel dump
+in a helper process before numpy is imported) takes its first poll's dumps
+from there; a retried dump and every later poll dump in-process.
+
 `poll_once(...)` is the in-process entry point for the demo and tests.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import time
 from collections import Counter
@@ -39,6 +42,8 @@ from collector.batch_codec import (
     encode_header,
     split_bodies,
 )
+from collector.collect_netlink import namespaces_to_dump
+from collector.collect_prefetch import Prefetch
 from collector.diag_parse import ErrorCounts, Parsed
 from collector.filters import DEFAULT_EXCLUDES, FilterSpec, apply_filters, parse_networks
 from collector.netlink_diag import (
@@ -57,7 +62,6 @@ from collector.netlink_diag import (
 from collector.prefixes import client_prefixes
 
 log = logging.getLogger("dyncc.collect")
-NETNS_RUN_DIR = "/var/run/netns"
 
 
 @dataclass
@@ -251,24 +255,19 @@ class _Batcher:
 
 def list_namespaces(cfg: PollerConfig) -> list[str]:
     """Namespaces to dump this poll ('' = the collector's own)."""
-    if cfg.all_netns:
-        try:
-            names = sorted(os.listdir(NETNS_RUN_DIR))
-        except FileNotFoundError:
-            names = []
-        return ["", *names]
-    return list(cfg.netns) or [""]
+    return namespaces_to_dump(cfg.netns, cfg.all_netns)
 
 
 class Poller:
     """Keeps the per-host sequence and run_id across polls."""
 
-    def __init__(self, cfg: PollerConfig, run_id: int | None = None) -> None:
+    def __init__(self, cfg: PollerConfig, run_id: int | None = None, prefetch: Prefetch | None = None) -> None:
         self.cfg = cfg
         self.run_id = time.time_ns() if run_id is None else run_id
         self.sequence = 0
         self._states = state_mask(tuple(cfg.states))
         self._pool = BufferPool(chunk_buffer_size(cfg.chunk_bytes))  # reused by every dump
+        self._prefetch = prefetch  # dumps started before this poll (collect_prefetch), first poll only
 
     def poll(self, deadline: float | None = None, emit: Callable[[bytes], None] | None = None) -> PollResult:
         """Dump all namespaces, handing each batch to `emit` as soon as it is final.
@@ -276,7 +275,21 @@ class Poller:
         Without `emit` the batches are collected in the result.  Raises
         DumpTimeout when the deadline passes (batches already emitted stay sent).
         """
-        start_ns = time.time_ns()
+        prefetch, self._prefetch = self._prefetch, None
+        start_ns = time.time_ns() if prefetch is None else prefetch.started_ns
+        try:
+            return self._poll(start_ns, prefetch, deadline, emit)
+        finally:
+            if prefetch is not None:
+                prefetch.close()
+
+    def _poll(
+        self,
+        start_ns: int,
+        prefetch: Prefetch | None,
+        deadline: float | None,
+        emit: Callable[[bytes], None] | None,
+    ) -> PollResult:
         result = PollResult(batches=[], start_ns=start_ns, end_ns=start_ns, namespaces=[])
 
         def send(data: bytes) -> None:
@@ -291,7 +304,7 @@ class Poller:
             batcher = _Batcher(self, ns, start_ns, send)
             stats = NetnsStats(netns=ns)
             try:
-                self._dump_netns(ns, deadline, batcher, stats)
+                self._dump_netns(ns, deadline, batcher, stats, prefetch)
             except DumpTimeout:
                 raise
             except DumpError as exc:
@@ -305,19 +318,28 @@ class Poller:
         result.end_ns = time.time_ns()
         return result
 
-    def _dump_netns(self, ns: str, deadline: float | None, batcher: _Batcher, stats: NetnsStats) -> None:
+    def _dump_netns(
+        self, ns: str, deadline: float | None, batcher: _Batcher, stats: NetnsStats, prefetch: Prefetch | None
+    ) -> None:
+        dumper: DiagDumper | None = None
         try:
-            sock = open_diag_socket(ns or None)
-        except OSError as exc:
-            raise DumpError(f"cannot open a sock_diag socket: {exc}") from exc
-        dumper = DiagDumper(sock, self.cfg.chunk_bytes, pool=self._pool)
-        try:
+            if prefetch is None:
+                dumper = self._dumper(ns)  # the socket opens (or fails) before anything is dumped
             for family in (socket.AF_INET, socket.AF_INET6):
                 exclude: np.ndarray | None = None
                 for attempt in (0, 1):
                     enc = _Encoder(self.cfg, batcher.cc_names, batcher.body, exclude)
                     errors = ErrorCounts()
-                    res = dumper.dump(family, self._states, enc, errors, ext=self.cfg.ext, deadline=deadline)
+                    job = None
+                    if attempt == 0 and prefetch is not None:
+                        job = prefetch.take(ns, family, self._states, self.cfg.ext)
+                    if job is not None:
+                        assert prefetch is not None
+                        res = prefetch.dump(job, enc, errors, deadline)
+                    else:
+                        if dumper is None:
+                            dumper = self._dumper(ns)
+                        res = dumper.dump(family, self._states, enc, errors, ext=self.cfg.ext, deadline=deadline)
                     stats.errors.update(errors)
                     if res.interrupted and attempt == 0:
                         # rows already sent stay sent; the retry leaves those sockets out
@@ -332,7 +354,15 @@ class Poller:
                 stats.exported += enc.exported
                 stats.filtered.update(enc.filtered)
         finally:
-            dumper.close()
+            if dumper is not None:
+                dumper.close()
+
+    def _dumper(self, ns: str) -> DiagDumper:
+        try:
+            sock = open_diag_socket(ns or None)
+        except OSError as exc:
+            raise DumpError(f"cannot open a sock_diag socket: {exc}") from exc
+        return DiagDumper(sock, self.cfg.chunk_bytes, pool=self._pool)
 
 
 def poll_once(

@@ -37,8 +37,15 @@ def client_prefixes(dst16: np.ndarray, v4_len: int = 24, v6_len: int = 56) -> tu
         raise ValueError("prefix length out of range")
     v4 = is_v4_mapped(dst16)
     plen = np.where(v4, v4_len, v6_len).astype(np.uint32)
-    bit_len = np.where(v4, 96 + v4_len, v6_len)
-    out = dst16 & _mask_rows(bit_len)
+    # two prefix lengths, so two byte masks: each row takes its family's
+    mask4, mask6 = _mask_rows(np.array([96 + v4_len, v6_len]))
+    if v4.all():
+        mask = mask4
+    elif not v4.any():
+        mask = mask6
+    else:
+        mask = np.where(v4[:, None], mask4, mask6)
+    out = np.asarray(dst16, dtype=np.uint8) & mask
     return out, plen
 
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from collector.daemon import ConfigError
 from controller.cli_config import add_config_option, apply_config_file
+from controller.store_errors import StoreError  # not controller.store: that imports numpy
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("collector.collect_cli", "dump TCP sockets over netlink and export TcpInfoBatch batches"),
@@ -60,8 +61,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"dyncc {name}", description=desc)
     module.configure(parser)
-    from controller.store import StoreError
-
     try:
         if not any("--config" in action.option_strings for action in parser._actions):
             # Commands without their own config handling get the generic TOML --config.

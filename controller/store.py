@@ -29,6 +29,7 @@ import numpy as np
 
 from controller import sql_params
 from controller.sql_template import Version, parse_version
+from controller.store_errors import StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,10 +37,6 @@ if TYPE_CHECKING:
 Column = np.ndarray | Sequence[Any]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class StoreError(Exception):
-    """A store operation failed; str() is a one-line reason for a person."""
 
 
 @dataclass(frozen=True)

@@ -75,3 +75,14 @@ def test_first_failing_filter_counts() -> None:
     keep = apply_filters(cols, spec, counts)
     assert keep.tolist() == [False, False, False, True, False]
     assert counts == {"state": 1, "local_port": 1, "excluded_address": 1, "min_bytes_acked": 1}
+
+
+def test_client_prefixes_single_family_chunks() -> None:
+    """A dump chunk is usually one family: those take one mask for all rows."""
+    v4 = addrs("198.51.100.77", "203.0.113.200")
+    prefix, plen = client_prefixes(v4, 24, 56)
+    assert format_prefixes(prefix, plen) == ["198.51.100.0/24", "203.0.113.0/24"]
+    v6 = addrs("2001:db8:1:2ff::9", "2001:db8::1")
+    prefix, plen = client_prefixes(v6, 24, 56)
+    assert format_prefixes(prefix, plen) == ["2001:db8:1:200::/56", "2001:db8::/56"]
+    assert plen.dtype == np.uint32 and prefix.dtype == np.uint8 and prefix.shape == (2, 16)

@@ -316,3 +316,49 @@ def test_cli_file_sink_once(lab: Lab, tmp_path: Path) -> None:
     assert {(b.host, b.pop, b.netns) for b in batches} == {("edge-t", "tst", lab.server)}
     ports = np.concatenate([b.columns["src_port"] for b in batches])
     assert set(ports.tolist()) == {443}
+
+
+def _cookies(batches: list[bytes]) -> list[int]:
+    return sorted(int(c) for b in batches for c in decode_batch(b).columns["cookie"])
+
+
+def test_prefetched_poll_matches_an_in_process_poll(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--once` starts the dump in a helper process before numpy loads; the poll must not differ."""
+    import os
+    import threading
+
+    from collector.collect_prefetch import Prefetch
+    from collector.netlink_diag import state_mask
+
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # pytest may run threads; the helper needs none
+    cfg = PollerConfig(host="t", netns=(lab.server, lab.client), filters=FilterSpec(), max_rows=100)
+    prefetch = Prefetch.start([lab.server, lab.client], state_mask(tuple(cfg.states)), chunk_bytes=64 << 10, slots=2)
+    assert prefetch is not None and len(prefetch.jobs) == 4  # two namespaces, two families
+    fetched = Poller(cfg, prefetch=prefetch).poll()
+    assert prefetch.next_job == 4 and prefetch.closed  # every dump came from the helper, which is gone
+    with pytest.raises(ChildProcessError):
+        os.waitpid(prefetch.child, 0)  # already reaped
+    direct = Poller(cfg).poll()
+    assert fetched.seen == direct.seen == 2 * sum(CONNS.values())
+    assert fetched.failed_netns == {} and not fetched.errors
+    assert _cookies(fetched.batches) == _cookies(direct.batches)
+    assert [len(b) > 0 for b in fetched.batches] == [True] * len(fetched.batches)
+    assert fetched.start_ns == prefetch.started_ns  # the poll is stamped with when its dump began
+
+
+def test_prefetch_honours_the_poll_deadline(lab: Lab, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import threading
+
+    from collector.collect_prefetch import Prefetch
+    from collector.netlink_diag import DumpTimeout, state_mask
+
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    cfg = PollerConfig(host="t", netns=(lab.server,), filters=FilterSpec())
+    prefetch = Prefetch.start([lab.server], state_mask(tuple(cfg.states)))
+    assert prefetch is not None
+    with pytest.raises(DumpTimeout):
+        Poller(cfg, prefetch=prefetch).poll(deadline=time.monotonic() - 1)
+    assert prefetch.closed
+    with pytest.raises(ChildProcessError):
+        os.waitpid(prefetch.child, 0)

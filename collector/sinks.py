@@ -104,7 +104,7 @@ class KafkaSink(_PollSink):
             "linger.ms": linger_ms,
             "message.timeout.ms": message_timeout_ms,
             "message.max.bytes": 8 << 20,
-            "queue.buffering.max.kbytes": 32 << 10,
+            "queue.buffering.max.kbytes": 64 << 10,  # >= one 100k-socket poll (~43 MB), or produce() blocks
             "queue.buffering.max.messages": 100_000,
             "client.id": f"dyncc-collect-{key}",
             # librdkafka's own messages go through logging (served by poll()), not raw stderr

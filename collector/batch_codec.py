@@ -67,6 +67,7 @@ __all__ = [
     "encode_header",
     "scan_batch",
     "split_bodies",
+    "split_body_parts",
 ]
 
 
@@ -245,6 +246,9 @@ def encode_header(header: BatchHeader, *, sequence: int, batch_index: int, batch
     return msg.SerializeToString()
 
 
+BodyParts = list["bytes | memoryview"]
+
+
 def split_bodies(
     columns: Mapping[str, np.ndarray],
     max_rows: int = DEFAULT_MAX_ROWS,
@@ -258,6 +262,18 @@ def split_bodies(
     (row_count, body) pairs in row order; a body is the column fields only
     (concatenate after encode_header()).
     """
+    return [(n, b"".join(parts)) for n, parts in split_body_parts(columns, max_rows, max_bytes)]
+
+
+def split_body_parts(
+    columns: Mapping[str, np.ndarray],
+    max_rows: int = DEFAULT_MAX_ROWS,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> list[tuple[int, BodyParts]]:
+    """split_bodies() without the final copy: each body as its parts (field prefixes and
+    memoryviews of the column data), for a caller that joins them with the header in one
+    copy (`b"".join([header, *parts])`).  The views keep the column arrays alive; do not
+    modify the columns while holding them."""
     if max_rows < 1 or max_bytes < 1:
         raise ValueError("max_rows and max_bytes must be positive")
     total: int | None = None
@@ -276,18 +292,18 @@ def split_bodies(
     fit = max(1, (max_bytes - overhead) // ROW_BYTES)
     nbatches = -(-total // min(max_rows, fit))
     per = -(-total // nbatches)
-    out: list[tuple[int, bytes]] = []
+    out: list[tuple[int, BodyParts]] = []
     heads: dict[int, list[bytes]] = {}  # rows -> tag + length prefix per column (batches share sizes)
     for start in range(0, total, per):
         stop = min(start + per, total)
         n = stop - start
         if n not in heads:
             heads[n] = [tag + encode_varint(n * width) for tag, width in zip(_TAGS, _WIDTHS, strict=True)]
-        parts: list[bytes | memoryview] = []
+        parts: BodyParts = []
         for head, width, payload in zip(heads[n], _WIDTHS, payloads, strict=True):
             parts.append(head)
             parts.append(payload[start * width : stop * width])
-        out.append((n, b"".join(parts)))
+        out.append((n, parts))
     return out
 
 

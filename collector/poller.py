@@ -39,8 +39,9 @@ from collector.batch_codec import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
     BatchHeader,
+    BodyParts,
     encode_header,
-    split_bodies,
+    split_body_parts,
 )
 from collector.collect_netlink import namespaces_to_dump
 from collector.collect_prefetch import Prefetch
@@ -129,7 +130,7 @@ class PollResult:
         return self.sent_bytes
 
 
-Body = tuple[int, bytes]  # (row_count, encoded column fields)
+Body = tuple[int, BodyParts]  # (row_count, encoded column fields as parts: joined with the header)
 
 
 class _Encoder:
@@ -139,7 +140,7 @@ class _Encoder:
         self,
         cfg: PollerConfig,
         cc_names: list[str],
-        out: Callable[[int, bytes], None],
+        out: Callable[[int, BodyParts], None],
         exclude: np.ndarray | None = None,
     ) -> None:
         self.cfg = cfg
@@ -193,7 +194,7 @@ class _Encoder:
         else:
             merged = {k: np.concatenate([p[k] for p in self.pending]) for k in self.pending[0]}
         self.pending, self.pending_rows = [], 0
-        for rows, body in split_bodies(merged, self.cfg.max_rows, self.cfg.max_bytes):
+        for rows, body in split_body_parts(merged, self.cfg.max_rows, self.cfg.max_bytes):
             self.out(rows, body)
         self.sent_rows += int(merged["cookie"].shape[0])
         self.sent_cookies.append(merged["cookie"])
@@ -211,14 +212,14 @@ class _Batcher:
         self.held: Body | None = None
         self.index = 0
 
-    def body(self, rows: int, body: bytes) -> None:
+    def body(self, rows: int, body: BodyParts) -> None:
         if self.held is not None:
             self._send(self.held, None)
         self.held = (rows, body)
 
     def finish(self, stats: NetnsStats, end_ns: int) -> None:
         """Send the last batch (the held body, or an empty one) with the namespace's totals."""
-        held, self.held = self.held or (0, b""), None
+        held, self.held = self.held or (0, []), None
         self._send(held, (stats, end_ns))
 
     def _send(self, body: Body, final: tuple[NetnsStats, int] | None) -> None:
@@ -250,7 +251,7 @@ class _Batcher:
         )
         self.poller.sequence += 1
         self.index += 1
-        self.emit(head + data)
+        self.emit(b"".join([head, *data]))  # the one copy of the body (split_body_parts)
 
 
 def list_namespaces(cfg: PollerConfig) -> list[str]:

@@ -16,7 +16,10 @@ SHELL := /bin/bash
 VENV        := .venv
 PY          := $(VENV)/bin/python
 STAMP       := $(VENV)/.installed
-PYTHON      ?= $(shell command -v python3.11 || command -v python3)
+# Prefer the distribution's python3.11: on the development machine it ran pure-Python code
+# 1.8x faster and started in 11 ms instead of 36 ms, against a pyenv build without PGO/LTO
+# that pyenv's shims put first on PATH (the collector and ingest are partly Python-bound).
+PYTHON      ?= $(shell test -x /usr/bin/python3.11 && echo /usr/bin/python3.11 || command -v python3.11 || command -v python3)
 PYTEST_ARGS ?=
 STACK       := bash deploy/stack.sh
 

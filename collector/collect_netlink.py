@@ -12,7 +12,6 @@ import os
 import socket
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 NLMSG_HDRLEN = 16
@@ -133,15 +132,21 @@ def _open() -> socket.socket:
     return sock
 
 
-@dataclass
 class WalkResult:
-    """What one received datagram held."""
+    """What one received datagram held.
 
-    offsets: list[int] = field(default_factory=list)  # byte offsets of SOCK_DIAG messages
-    lengths: list[int] = field(default_factory=list)
-    done: bool = False  # NLMSG_DONE seen
-    error: int = 0  # errno from NLMSG_ERROR (positive), 0 if none
-    interrupted: bool = False
+    (A plain class, not a dataclass: this module is imported before a one-shot
+    collector forks its dump helper, and dataclasses pulls in inspect.)
+    """
+
+    __slots__ = ("done", "error", "interrupted", "lengths", "offsets")
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []  # byte offsets of SOCK_DIAG messages
+        self.lengths: list[int] = []
+        self.done = False  # NLMSG_DONE seen
+        self.error = 0  # errno from NLMSG_ERROR (positive), 0 if none
+        self.interrupted = False
 
 
 def walk_messages(buf: Buf, start: int, end: int) -> WalkResult:

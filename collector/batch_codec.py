@@ -1,8 +1,8 @@
 """TcpInfoBatch codec: numpy columns <-> serialized protobuf (pure, no I/O).
 
-The one encoder and the one decoder of the telemetry wire format
-(schemas/tcpinfo.proto, schema_version 2); the collector, ingest and the lab
-all use them.
+The one encoder (collector.batch_encode, re-exported here) and the one
+decoder of the telemetry wire format (schemas/tcpinfo.proto, schema_version
+2); the collector, ingest and the lab all use them.
 
 Columns are packed fixed32 / fixed64 (and 16-byte addresses), so encoding a
 column is one numpy tobytes() and decoding one np.frombuffer(); the packed
@@ -33,29 +33,52 @@ Integer columns decode as uint32 / uint64 (the proto types); address columns
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import DecodeError
 
+from collector.batch_encode import (
+    _IS_ADDR,
+    _SPEC,
+    _TAGS,
+    _WIDTHS,
+    ADDRESS_COLUMNS,
+    COLUMN_DTYPES,
+    COLUMN_TABLE,
+    COLUMNS,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ROWS,
+    FIRST_COLUMN_FIELD,
+    ROW_BYTES,
+    SCHEMA_VERSION,
+    BatchHeader,
+    BodyParts,
+    encode_batches,
+    encode_header,
+    encode_varint,
+    split_bodies,
+    split_body_parts,
+)
 from schemas.tcpinfo_pb2 import TcpInfoBatch
 
-SCHEMA_VERSION = 2
-FIRST_COLUMN_FIELD = 32
-DEFAULT_MAX_ROWS = 4096
-DEFAULT_MAX_BYTES = 900_000
 MAX_PREFIX_LEN = 128
 
 __all__ = [
     "ADDRESS_COLUMNS",
     "COLUMNS",
     "COLUMN_DTYPES",
+    "COLUMN_TABLE",
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_ROWS",
+    "FIRST_COLUMN_FIELD",
+    "ROW_BYTES",
     "SCHEMA_VERSION",
     "BatchDecodeError",
     "BatchHeader",
+    "BodyParts",
     "DecodedBatch",
     "GroupColumns",
     "ScannedBatch",
@@ -65,6 +88,7 @@ __all__ = [
     "empty_columns",
     "encode_batches",
     "encode_header",
+    "encode_varint",
     "scan_batch",
     "split_bodies",
     "split_body_parts",
@@ -75,60 +99,7 @@ class BatchDecodeError(ValueError):
     """A message that is not a valid schema-v2 TcpInfoBatch; str() is the reason."""
 
 
-def _column_spec() -> tuple[list[tuple[str, int, np.dtype]], frozenset[str]]:
-    spec: list[tuple[str, int, np.dtype]] = []
-    addrs: set[str] = set()
-    fields: list[Any] = list(TcpInfoBatch.DESCRIPTOR.fields)
-    for fd in sorted(fields, key=lambda f: f.number):
-        if fd.number < FIRST_COLUMN_FIELD:
-            continue
-        if fd.type == FieldDescriptor.TYPE_BYTES:
-            spec.append((fd.name, fd.number, np.dtype(np.uint8)))
-            addrs.add(fd.name)
-        elif fd.type == FieldDescriptor.TYPE_FIXED32:
-            spec.append((fd.name, fd.number, np.dtype("<u4")))
-        elif fd.type == FieldDescriptor.TYPE_FIXED64:
-            spec.append((fd.name, fd.number, np.dtype("<u8")))
-        else:  # pragma: no cover - guarded by the contract
-            raise TypeError(f"unsupported column type for {fd.name}")
-    return spec, frozenset(addrs)
-
-
-_SPEC, ADDRESS_COLUMNS = _column_spec()
-#: Column names in field-number order.
-COLUMNS: tuple[str, ...] = tuple(name for name, _, _ in _SPEC)
-#: Decoded dtype per column (uint8 for the (rows, 16) address columns).
-COLUMN_DTYPES: dict[str, np.dtype] = {name: dt for name, _, dt in _SPEC}
 _COL_INDEX: dict[int, int] = {num: i for i, (_, num, _) in enumerate(_SPEC)}
-_IS_ADDR: tuple[bool, ...] = tuple(name in ADDRESS_COLUMNS for name in COLUMNS)
-#: Bytes per row of each column on the wire (4, 8, or 16 for addresses).
-_WIDTHS: tuple[int, ...] = tuple(16 if a else dt.itemsize for a, (_, _, dt) in zip(_IS_ADDR, _SPEC, strict=True))
-#: Bytes of one row over all columns.
-ROW_BYTES = sum(_WIDTHS)
-
-
-@dataclass
-class BatchHeader:
-    """Header values of a poll's batches.
-
-    poll_end_ns, sockets_* and parse_errors are poll totals: the contract puts
-    them (and batch_count) on the poll's last batch only (schemas/tcpinfo.proto).
-    """
-
-    host: str
-    pop: str = ""
-    netns: str = ""
-    run_id: int = 0
-    poll_start_ns: int = 0
-    poll_end_ns: int = 0
-    sockets_seen: int = 0
-    sockets_exported: int = 0
-    sockets_filtered: int = 0
-    parse_errors: Mapping[str, int] = field(default_factory=dict)
-    cc_names: Sequence[str] = ()
-    client_prefix_len_v4: int = 24
-    client_prefix_len_v6: int = 56
-    collector_version: str = ""
 
 
 @dataclass
@@ -168,171 +139,6 @@ def empty_columns(rows: int = 0) -> dict[str, np.ndarray]:
     for name, dt in COLUMN_DTYPES.items():
         out[name] = np.zeros((rows, 16) if name in ADDRESS_COLUMNS else rows, dtype=dt)
     return out
-
-
-# ---------------------------------------------------------------- encoding
-
-
-def encode_varint(value: int) -> bytes:
-    """Unsigned LEB128 varint (protobuf lengths/tags; also ClickHouse Native string lengths)."""
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-_TAGS: tuple[bytes, ...] = tuple(encode_varint((num << 3) | 2) for _, num, _ in _SPEC)
-assert all(len(t) == 2 for t in _TAGS)  # the canonical-layout check relies on 2-byte tags
-
-
-def _column_payload(name: str, col: np.ndarray | None, total: int, dtype: np.dtype) -> np.ndarray:
-    """The column's wire bytes for all rows as a flat uint8 array (zeros when absent)."""
-    if col is None:
-        return np.zeros(total * (16 if name in ADDRESS_COLUMNS else dtype.itemsize), dtype=np.uint8)
-    if name in ADDRESS_COLUMNS:
-        return np.ascontiguousarray(col).view(np.uint8).reshape(-1)
-    v = np.asarray(col)
-    if v.dtype.kind == "b":
-        v = v.astype(np.uint8)
-    if v.dtype.kind not in "ui":
-        raise ValueError(f"column {name} must be integers, not {v.dtype}")
-    if v.size and v.dtype.kind == "i" and int(v.min()) < 0:
-        raise ValueError(f"negative value in unsigned column {name}")
-    if v.size and v.dtype.itemsize > dtype.itemsize and int(v.max()) >> (8 * dtype.itemsize):
-        raise ValueError(f"value {int(v.max())} does not fit column {name} ({dtype.itemsize * 8} bits)")
-    return np.ascontiguousarray(v, dtype=dtype).view(np.uint8).reshape(-1)
-
-
-def _column_rows(name: str, col: np.ndarray) -> int:
-    if name in ADDRESS_COLUMNS:
-        if col.ndim == 2:
-            if col.shape[1] != 16:
-                raise ValueError(f"address column {name} must be (rows, 16)")
-            return int(col.shape[0])
-        if col.dtype.itemsize == 16 and col.dtype.kind in "SV":
-            return int(col.shape[0])
-        raise ValueError(f"address column {name} must be (rows, 16) uint8 or 16-byte records")
-    if col.ndim != 1:
-        raise ValueError(f"column {name} must be one-dimensional")
-    return int(col.shape[0])
-
-
-def encode_header(header: BatchHeader, *, sequence: int, batch_index: int, batch_count: int, row_count: int) -> bytes:
-    msg = TcpInfoBatch(
-        schema_version=SCHEMA_VERSION,
-        collector_version=header.collector_version,
-        host=header.host,
-        pop=header.pop,
-        netns=header.netns,
-        sequence=sequence,
-        run_id=header.run_id,
-        poll_start_ns=header.poll_start_ns,
-        poll_end_ns=header.poll_end_ns,
-        sockets_seen=header.sockets_seen,
-        sockets_exported=header.sockets_exported,
-        sockets_filtered=header.sockets_filtered,
-        batch_index=batch_index,
-        batch_count=batch_count,
-        row_count=row_count,
-        cc_names=list(header.cc_names),
-        client_prefix_len_v4=header.client_prefix_len_v4,
-        client_prefix_len_v6=header.client_prefix_len_v6,
-    )
-    for kind, count in sorted(header.parse_errors.items()):
-        if count:
-            msg.parse_errors.add(kind=kind, count=count)
-    return msg.SerializeToString()
-
-
-BodyParts = list["bytes | memoryview"]
-
-
-def split_bodies(
-    columns: Mapping[str, np.ndarray],
-    max_rows: int = DEFAULT_MAX_ROWS,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> list[tuple[int, bytes]]:
-    """Encode the columns as bodies of at most max_rows rows and max_bytes bytes.
-
-    Missing columns are written as zeros.  Every row takes ROW_BYTES bytes, so
-    the rows are spread evenly over the fewest batches that respect both caps
-    (a row larger than max_bytes still makes a one-row batch).  Returns
-    (row_count, body) pairs in row order; a body is the column fields only
-    (concatenate after encode_header()).
-    """
-    return [(n, b"".join(parts)) for n, parts in split_body_parts(columns, max_rows, max_bytes)]
-
-
-def split_body_parts(
-    columns: Mapping[str, np.ndarray],
-    max_rows: int = DEFAULT_MAX_ROWS,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> list[tuple[int, BodyParts]]:
-    """split_bodies() without the final copy: each body as its parts (field prefixes and
-    memoryviews of the column data), for a caller that joins them with the header in one
-    copy (`b"".join([header, *parts])`).  The views keep the column arrays alive; do not
-    modify the columns while holding them."""
-    if max_rows < 1 or max_bytes < 1:
-        raise ValueError("max_rows and max_bytes must be positive")
-    total: int | None = None
-    for name, given in columns.items():
-        if name not in COLUMN_DTYPES:
-            raise ValueError(f"unknown column {name!r}")
-        n = _column_rows(name, np.asarray(given))
-        if total is None:
-            total = n
-        elif n != total:
-            raise ValueError(f"column {name} has {n} rows, expected {total}")
-    if not total:
-        return []
-    payloads = [memoryview(_column_payload(name, columns.get(name), total, dt).data) for name, _, dt in _SPEC]
-    overhead = len(_TAGS) * (2 + 3)  # tag + a length varint of up to 3 bytes (< 2 MiB a column)
-    fit = max(1, (max_bytes - overhead) // ROW_BYTES)
-    nbatches = -(-total // min(max_rows, fit))
-    per = -(-total // nbatches)
-    out: list[tuple[int, BodyParts]] = []
-    heads: dict[int, list[bytes]] = {}  # rows -> tag + length prefix per column (batches share sizes)
-    for start in range(0, total, per):
-        stop = min(start + per, total)
-        n = stop - start
-        if n not in heads:
-            heads[n] = [tag + encode_varint(n * width) for tag, width in zip(_TAGS, _WIDTHS, strict=True)]
-        parts: BodyParts = []
-        for head, width, payload in zip(heads[n], _WIDTHS, payloads, strict=True):
-            parts.append(head)
-            parts.append(payload[start * width : stop * width])
-        out.append((n, parts))
-    return out
-
-
-def encode_batches(
-    columns: Mapping[str, np.ndarray],
-    header: BatchHeader,
-    first_sequence: int,
-    max_rows: int = DEFAULT_MAX_ROWS,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> list[bytes]:
-    """Serialized TcpInfoBatch messages for one poll, sequences first_sequence, +1, ...
-
-    Only the last batch carries batch_count and the poll totals (as the
-    collector sends them); a poll with no rows still yields that one (empty) batch.
-    """
-    bodies = split_bodies(columns, max_rows, max_bytes) or [(0, b"")]
-    count = len(bodies)
-    partial = replace(header, poll_end_ns=0, sockets_seen=0, sockets_exported=0, sockets_filtered=0, parse_errors={})
-    return [
-        encode_header(
-            header if i == count - 1 else partial,
-            sequence=first_sequence + i,
-            batch_index=i,
-            batch_count=count if i == count - 1 else 0,
-            row_count=n,
-        )
-        + body
-        for i, (n, body) in enumerate(bodies)
-    ]
 
 
 # ---------------------------------------------------------------- scanning

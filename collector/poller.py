@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from collector import __version__
-from collector.batch_codec import (
+from collector.batch_encode import (
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
     BatchHeader,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 import numpy as np
 import pytest
@@ -70,6 +71,94 @@ def test_encoding_is_what_the_protobuf_runtime_serializes(rows: int, seed: int) 
     cols = random_columns(np.random.default_rng(seed), rows)
     (ours,) = encode_batches(cols, header(), first_sequence=3, max_rows=rows, max_bytes=1 << 24)
     assert TcpInfoBatch.FromString(ours).SerializeToString() == ours
+
+
+def test_column_table_is_the_proto_contract() -> None:
+    """collector.batch_encode's static column table (no protobuf runtime) == the generated descriptor."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    from collector.batch_encode import COLUMN_TABLE, FIRST_COLUMN_FIELD
+
+    kinds = {
+        FieldDescriptor.TYPE_BYTES: "bytes16",
+        FieldDescriptor.TYPE_FIXED32: "fixed32",
+        FieldDescriptor.TYPE_FIXED64: "fixed64",
+    }
+    fields: list[Any] = sorted(TcpInfoBatch.DESCRIPTOR.fields, key=lambda f: f.number)
+    expected = tuple((f.name, f.number, kinds[f.type]) for f in fields if f.number >= FIRST_COLUMN_FIELD)
+    assert expected == COLUMN_TABLE
+
+
+_U64 = st.integers(0, 2**64 - 1)
+_U32 = st.integers(0, 2**32 - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=st.text(max_size=20),
+    host=st.text(min_size=1, max_size=20),
+    u64s=st.lists(_U64, min_size=7, max_size=7),
+    u32s=st.lists(_U32, min_size=5, max_size=5),
+    errors=st.dictionaries(st.text(max_size=8), _U64, max_size=4),
+    cc=st.lists(st.text(max_size=6), max_size=4),
+)
+def test_hand_written_header_is_the_runtime_encoding(
+    text: str, host: str, u64s: list[int], u32s: list[int], errors: dict[str, int], cc: list[str]
+) -> None:
+    """encode_header writes the header without the protobuf runtime: byte for byte the runtime's output."""
+    from collector.batch_encode import encode_header as hand
+
+    h = BatchHeader(
+        host=host,
+        pop=text,
+        netns=text[::-1],
+        run_id=u64s[0],
+        poll_start_ns=u64s[1],
+        poll_end_ns=u64s[2],
+        sockets_seen=u64s[3],
+        sockets_exported=u64s[4],
+        sockets_filtered=u64s[5],
+        parse_errors=errors,
+        cc_names=cc,
+        client_prefix_len_v4=u32s[0],
+        client_prefix_len_v6=u32s[1],
+        collector_version=text,
+    )
+    msg = TcpInfoBatch(
+        schema_version=SCHEMA_VERSION,
+        collector_version=text,
+        host=host,
+        pop=text,
+        netns=text[::-1],
+        sequence=u64s[6],
+        run_id=u64s[0],
+        poll_start_ns=u64s[1],
+        poll_end_ns=u64s[2],
+        sockets_seen=u64s[3],
+        sockets_exported=u64s[4],
+        sockets_filtered=u64s[5],
+        batch_index=u32s[2],
+        batch_count=u32s[3],
+        row_count=u32s[4],
+        cc_names=cc,
+        client_prefix_len_v4=u32s[0],
+        client_prefix_len_v6=u32s[1],
+    )
+    for kind, count in sorted(errors.items()):
+        if count:
+            msg.parse_errors.add(kind=kind, count=count)
+    got = hand(h, sequence=u64s[6], batch_index=u32s[2], batch_count=u32s[3], row_count=u32s[4])
+    assert got == msg.SerializeToString()
+
+
+def test_collector_never_loads_the_protobuf_runtime() -> None:
+    """The poller (the collector's encode path) imports batch_encode, not the runtime-backed codec."""
+    import subprocess
+    import sys
+
+    code = "import sys, collector.poller; print('google.protobuf' in sys.modules, 'schemas.tcpinfo_pb2' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
 
 
 def test_extreme_values_round_trip_and_too_wide_values_are_refused() -> None:

@@ -108,41 +108,25 @@ def test_hand_written_header_is_the_runtime_encoding(
     """encode_header writes the header without the protobuf runtime: byte for byte the runtime's output."""
     from collector.batch_encode import encode_header as hand
 
-    h = BatchHeader(
-        host=host,
-        pop=text,
-        netns=text[::-1],
-        run_id=u64s[0],
-        poll_start_ns=u64s[1],
-        poll_end_ns=u64s[2],
-        sockets_seen=u64s[3],
-        sockets_exported=u64s[4],
-        sockets_filtered=u64s[5],
-        parse_errors=errors,
-        cc_names=cc,
-        client_prefix_len_v4=u32s[0],
-        client_prefix_len_v6=u32s[1],
-        collector_version=text,
-    )
+    common: dict[str, Any] = {
+        "host": host,
+        "pop": text,
+        "netns": text[::-1],
+        "collector_version": text,
+        "cc_names": cc,
+        **dict(zip(("run_id", "poll_start_ns", "poll_end_ns", "sockets_seen"), u64s, strict=False)),
+        **dict(zip(("sockets_exported", "sockets_filtered"), u64s[4:], strict=False)),
+        "client_prefix_len_v4": u32s[0],
+        "client_prefix_len_v6": u32s[1],
+    }
+    h = BatchHeader(**common, parse_errors=errors)
     msg = TcpInfoBatch(
+        **common,
         schema_version=SCHEMA_VERSION,
-        collector_version=text,
-        host=host,
-        pop=text,
-        netns=text[::-1],
         sequence=u64s[6],
-        run_id=u64s[0],
-        poll_start_ns=u64s[1],
-        poll_end_ns=u64s[2],
-        sockets_seen=u64s[3],
-        sockets_exported=u64s[4],
-        sockets_filtered=u64s[5],
         batch_index=u32s[2],
         batch_count=u32s[3],
         row_count=u32s[4],
-        cc_names=cc,
-        client_prefix_len_v4=u32s[0],
-        client_prefix_len_v6=u32s[1],
     )
     for kind, count in sorted(errors.items()):
         if count:

@@ -360,14 +360,15 @@ def scan_batch(data: bytes) -> ScannedBatch:
     """Parse the header and locate the columns of one message; raises BatchDecodeError."""
     data = bytes(data)
     fast = _canonical(data)
-    if fast is not None:
+    if fast is not None:  # the layout for row_count: every column's size is right by construction
         header, spans = fast
-    else:
-        try:
-            header_bytes, spans = _scan_fields(data)
-        except _Unusual:
-            return _runtime_scan(data)
-        header = _parse_header(header_bytes)
+        _check_header(header)
+        return ScannedBatch(data, header, spans)
+    try:
+        header_bytes, spans = _scan_fields(data)
+    except _Unusual:
+        return _runtime_scan(data)
+    header = _parse_header(header_bytes)
     _check_header(header)
     _check_spans(int(header.row_count), spans)
     return ScannedBatch(data, header, spans)

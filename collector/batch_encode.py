@@ -218,7 +218,6 @@ def encode_header(header: BatchHeader, *, sequence: int, batch_index: int, batch
     defaults (0, "") omitted, repeated strings always written.
     tests/test_collector_codec.py checks the bytes against the runtime.
     """
-    out: list[bytes] = []
     ints = (
         (1, SCHEMA_VERSION),
         (6, sequence),
@@ -245,9 +244,7 @@ def encode_header(header: BatchHeader, *, sequence: int, batch_index: int, batch
         if text:
             fields.append((number, _len_field(number, text.encode())))
     errors = b"".join(
-        _len_field(13, _len_field(1, kind.encode()) + _key(2, 0) + encode_varint(int(count)))
-        if kind
-        else _len_field(13, _key(2, 0) + encode_varint(int(count)))
+        _len_field(13, (_len_field(1, kind.encode()) if kind else b"") + _key(2, 0) + encode_varint(int(count)))
         for kind, count in sorted(header.parse_errors.items())
         if count
     )
@@ -256,9 +253,7 @@ def encode_header(header: BatchHeader, *, sequence: int, batch_index: int, batch
     names = b"".join(_len_field(17, name.encode()) for name in header.cc_names)
     if names:
         fields.append((17, names))
-    fields.sort(key=lambda f: f[0])
-    out.extend(data for _, data in fields)
-    return b"".join(out)
+    return b"".join(data for _, data in sorted(fields, key=lambda f: f[0]))
 
 
 BodyParts = list["bytes | memoryview"]

@@ -20,10 +20,6 @@ from collector.collect_start import exit_now, process_is_dyncc, start_prefetch
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    if "numpy" not in sys.modules:
-        # the collector does no linear algebra; numpy's idle BLAS threads would spin on a CPU
-        # for ~0.1 s after import, next to the dump (set here: the CLI may import numpy before run())
-        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n", 2)[2] if __doc__ else None
     add_arguments(parser)

@@ -60,11 +60,6 @@ def string_payload(col: StrColumn) -> np.ndarray:
     return gathered[keep.take(codes, axis=0)]
 
 
-def serialize_strings(col: StrColumn) -> bytes:
-    """Native String column: varint length + UTF-8 bytes per row."""
-    return string_payload(col).tobytes()
-
-
 def column_payload(ch_type: str, col: np.ndarray | StrColumn) -> np.ndarray | None:
     """The Native payload of one column for `ch_type` as a contiguous array (its bytes, in order),
     or None when this module does not handle the type."""

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from collector.batch_codec import decode_all, decode_batch, encode_varint, scan_batch
 from controller.ingest_columns import TCPINFO_TYPES, format_prefix, prefix_column, prepare
 from controller.ingest_files import iter_records
-from controller.ingest_native import serialize_block, serialize_column, serialize_strings
+from controller.ingest_native import serialize_block, serialize_column, string_payload
 from controller.ingest_sequence import SeenBatch, SequenceTracker
 from controller.ingest_synth import synth_messages
 
@@ -57,7 +57,9 @@ def test_native_string_serialization() -> None:
     from controller.ingest_columns import StrColumn
 
     col = StrColumn(np.array([1, 0, 1], dtype=np.int32), ["a", "é" * 100])
-    assert serialize_strings(col) == b"\xc8\x01" + "é".encode() * 100 + b"\x01a" + b"\xc8\x01" + "é".encode() * 100
+    assert (
+        string_payload(col).tobytes() == b"\xc8\x01" + "é".encode() * 100 + b"\x01a" + b"\xc8\x01" + "é".encode() * 100
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -72,7 +74,7 @@ def test_native_strings_equal_the_per_row_encoding(values: list[str], codes: lis
     codes = [c % len(values) for c in codes]
     col = StrColumn(np.array(codes, dtype=np.int32), values)
     expected = b"".join(encode_varint(len(values[c].encode())) + values[c].encode() for c in codes)
-    assert serialize_strings(col) == expected
+    assert string_payload(col).tobytes() == expected
 
 
 def test_native_packet_has_every_column_once_in_order() -> None:

@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 from typing import Any
@@ -49,6 +48,8 @@ def process_is_dyncc() -> bool:
 
 def exit_now(code: int) -> None:
     """Flush logs and stdio, then _exit(code): only once every sink is closed and checked."""
+    import logging  # loaded by then; not at import, which runs before the dump helper is forked
+
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # closed, or its reader went away

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import logging
 import re
 import signal
 import threading
@@ -45,6 +44,8 @@ def parse_duration(text: str | float | int, what: str = "duration") -> float:
 
 
 def setup_logging(verbose: bool = False) -> None:
+    import logging  # here: a one-shot collector forks its dump helper before loading logging
+
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -93,7 +93,7 @@ class KafkaSink(_PollSink):
         message_timeout_ms: int = 300_000,
         extra: dict[str, Any] | None = None,
     ) -> None:
-        from confluent_kafka import Producer
+        from collector.kafka_client import producer_class
 
         conf: dict[str, Any] = {
             "bootstrap.servers": brokers,
@@ -111,7 +111,7 @@ class KafkaSink(_PollSink):
             "logger": logging.getLogger("dyncc.kafka"),
         }
         conf.update(extra or {})
-        self.producer = Producer(conf)
+        self.producer = producer_class()(conf)
         self.topic = topic
         self.key = key.encode()
         self.metrics = metrics

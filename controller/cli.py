@@ -46,13 +46,12 @@ def _top_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    top = _top_parser()
     if not args or args[0] in ("-h", "--help"):
-        top.print_help()
+        _top_parser().print_help()
         return 0 if args else 2
     name = args[0]
     if name not in SUBCOMMANDS:
-        top.error(f"unknown subcommand {name!r}")
+        _top_parser().error(f"unknown subcommand {name!r}")
     module_name, desc = SUBCOMMANDS[name]
     # numpy's OpenBLAS starts a thread per core at import, and they spin for a while after any
     # BLAS call; dyncc does no linear algebra worth it (seen spinning at 3% of an ingest profile,

@@ -24,7 +24,8 @@ def test_cli_module_and_raw_settings_need_no_numpy() -> None:
         "raw = load_raw(p.parse_args(['--once', '--netns', 'x', '--state', 'established,close-wait']))\n"
         "from collector.collect_config import parse_states\n"
         "assert parse_states(raw['state']) == [1, 8], raw\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'google', 'confluent_kafka')))\n"
+        "heavy = ('numpy', 'google', 'confluent_kafka', 'logging')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
@@ -34,7 +35,7 @@ def test_light_constants_match_the_codec_and_parser() -> None:
     assert collect_config.DEFAULT_MAX_ROWS == batch_codec.DEFAULT_MAX_ROWS
     assert collect_config.DEFAULT_MAX_BYTES == batch_codec.DEFAULT_MAX_BYTES
     # a prefetch slot holds a whole chunk buffer (chunk + one datagram + the parser's padding)
-    for chunk in (RECV_SIZE, 1 << 20, DEFAULT_CHUNK):
+    for chunk in (RECV_SIZE, 1 << 20, collect_prefetch.DEFAULT_CHUNK_BYTES, DEFAULT_CHUNK):
         assert chunk + collect_prefetch.SLOT_SLACK >= chunk_buffer_size(chunk)
 
 

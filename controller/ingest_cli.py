@@ -44,10 +44,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--min-rows",
         type=int,
         default=50_000,
-        help="flush as soon as the previous insert is done and this many rows wait (default 50000)",
+        help="flush as soon as an insert thread is free and this many rows wait (default 50000)",
     )
     a("--max-bytes", type=int, default=128 << 20, help="flush after this many message bytes (default 128 MiB)")
     a("--max-wait", default="2s", help="flush buffered messages at least this often (default 2s)")
+    a(
+        "--inserters",
+        type=int,
+        default=2,
+        metavar="N",
+        help="groups inserted at once, each on its own ClickHouse connection (default 2; offsets are still "
+        "committed in order)",
+    )
     a("--backoff-max", default="30s", help="cap of the retry backoff while the store is down (default 30s)")
     a("--no-migrate", action="store_true", help="do not apply schema migrations at start")
     a("--metrics-port", type=int, default=9311, help="Prometheus metrics port (0 = off, default 9311)")
@@ -67,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         (args.max_rows, "--max-rows"),
         (args.min_rows, "--min-rows"),
         (args.max_bytes, "--max-bytes"),
+        (args.inserters, "--inserters"),
     ):
         if value < 1:
             raise ConfigError(f"{name} must be positive, got {value}")
@@ -113,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
                 min_rows=min(args.min_rows, args.max_rows),
                 max_bytes=args.max_bytes,
                 max_wait=max_wait,
+                inserters=args.inserters,
                 drain=args.drain,
                 backoff_max=backoff_max,
             )

@@ -5,14 +5,19 @@
   synchronously only after BatchWriter.flush() returned, i.e. after the store
   acknowledged every insert of the group.
 * Messages are grouped per flush by rows / bytes / age limits: a group goes
-  as soon as the insert thread is idle and min_rows wait (or max_wait passed),
-  at the latest when max_rows / max_bytes are reached.  While one
-  group is being inserted (on a worker thread), the next is consumed,
-  decoded and prepared; groups are inserted and committed strictly in order.
+  as soon as an insert thread is idle and min_rows wait (or max_wait passed),
+  at the latest when max_rows / max_bytes are reached.  Up to `inserters`
+  groups are inserted at once (worker threads, one ClickHouse connection
+  each: the server runs one thread per INSERT) while the next is consumed,
+  decoded and prepared.  Groups are settled and their offsets committed
+  strictly in order: a group's offsets only once it and every group before
+  it were acknowledged.
 * Store unavailable: the flush is retried with capped exponential backoff;
   meanwhile the assigned partitions are paused and poll() keeps running, so
   the loader stays in the group (max.poll.interval.ms is never exceeded) and
-  nothing is committed.  After the flush succeeds consumption resumes.
+  nothing is committed.  Groups in flight behind a failed one are waited for
+  and retried with it (those that did land are found in the ledger and
+  skipped).  After the flush succeeds consumption resumes.
 * Rebalance: before partitions are revoked the buffered group is flushed and
   committed (or, if the store is down, dropped uncommitted for the next owner).
 * --drain: exit once every assigned partition has lag 0 after an idle poll.
@@ -23,9 +28,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +55,7 @@ class KafkaConfig:
     min_rows: int = 50_000  # flush at once when the insert thread is idle and this many rows wait
     max_bytes: int = 128 << 20
     max_wait: float = 2.0
+    inserters: int = 2  # concurrent INSERTs: ClickHouse runs each on its own thread
     poll_messages: int = 32
     drain: bool = False
     backoff_initial: float = 0.5
@@ -88,8 +96,10 @@ class KafkaLoader:
         self.metrics = writer.metrics
         self.consumer = Consumer(consumer_settings(cfg))
         self.buffer: list[Incoming] = []
-        self.inflight: tuple[list[Incoming], PreparedFlush, Future[FlushResult]] | None = None
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-insert")
+        # groups being inserted, oldest first
+        self.inflight: deque[tuple[list[Incoming], PreparedFlush, Future[FlushResult]]] = deque()
+        self.inserters = max(1, cfg.inserters)
+        self.pool = ThreadPoolExecutor(max_workers=self.inserters, thread_name_prefix="ingest-insert")
         self.buffer_rows = 0
         self.buffer_bytes = 0
         self.buffer_since = 0.0
@@ -103,7 +113,7 @@ class KafkaLoader:
         self.first_message_at = 0.0  # wall clock, for the closing rate line
         self.last_flush_at = 0.0
         self.rows_loaded = 0
-        self.waited = 0.0  # main thread time spent waiting for the insert thread
+        self.waited = 0.0  # main thread time spent waiting for an insert thread
         self.crash_after_insert = os.environ.get(CRASH_ENV, "") not in ("", "0")
 
     # ------------------------------------------------------------ rebalance callbacks
@@ -145,10 +155,14 @@ class KafkaLoader:
                 self._reap(wait=False)
                 now = time.monotonic()
                 full = self.buffer_rows >= self.cfg.max_rows or self.buffer_bytes >= self.cfg.max_bytes
-                # The insert thread idle and enough rows (or old enough) -> go now: groups grow
-                # to whatever arrives during one insert, up to the limits.
-                ready = self.inflight is None and (
-                    self.buffer_rows >= self.cfg.min_rows
+                # An insert thread idle and enough rows (or old enough) -> go now: groups grow
+                # to whatever arrives during one insert, up to the limits.  Enough is min_rows
+                # when nothing is being inserted, else a fair share of max_rows: small
+                # concurrent inserts cost the server much more per row.
+                busy = len(self.inflight)
+                enough = self.cfg.min_rows if not busy else max(self.cfg.min_rows, self.cfg.max_rows // self.inserters)
+                ready = busy < self.inserters and (
+                    self.buffer_rows >= enough
                     or now - self.buffer_since >= self.cfg.max_wait
                     or (not msgs and self.cfg.drain)
                 )
@@ -160,7 +174,7 @@ class KafkaLoader:
                     self.cfg.drain
                     and not msgs
                     and not self.buffer
-                    and self.inflight is None
+                    and not self.inflight
                     and not self.paused
                     and self._caught_up()
                 ):
@@ -214,10 +228,10 @@ class KafkaLoader:
     # ------------------------------------------------------------ flushing
 
     def _submit(self) -> None:
-        """Prepare the buffered group (overlapping the in-flight insert), then hand it over."""
+        """Prepare the buffered group (overlapping the in-flight inserts), then hand it over."""
         items = self.buffer
         self._clear()
-        pending = [self.inflight[1]] if self.inflight is not None else []
+        pending = [prep for _, prep, _ in self.inflight]
         try:
             prep = self.writer.prepare(items, pending)
         except StoreError as exc:  # ledger lookup failed: the store is down
@@ -225,30 +239,41 @@ class KafkaLoader:
             self._reap(wait=True)
             self._store_down(exc)
             return
-        if self.inflight is not None:
+        while len(self.inflight) >= self.inserters and not self.paused:
             t_wait = time.monotonic()
-            self._reap(wait=True)
+            self._reap(wait=True, oldest_only=True)
             self.waited += time.monotonic() - t_wait
-            if self.paused:  # the in-flight insert failed: this group goes back to be retried
-                self.buffer.extend(items)
-                return
-        self.inflight = (items, prep, self.pool.submit(self.writer.commit, prep))
+        if self.paused:  # an in-flight insert failed: this group goes back to be retried
+            self.buffer.extend(items)
+            return
+        self.inflight.append((items, prep, self.pool.submit(self.writer.insert, prep)))
 
-    def _reap(self, wait: bool) -> None:
-        """Handle the in-flight insert if it finished (or wait for it)."""
-        if self.inflight is None:
-            return
-        items, _, future = self.inflight
-        if not wait and not future.done():
-            return
-        self.inflight = None
-        try:
-            result = future.result()
-        except StoreError as exc:
-            self.buffer = items + self.buffer
-            self._store_down(exc)
-            return
-        self._committed(items, result)
+    def _reap(self, wait: bool, oldest_only: bool = False) -> None:
+        """Settle finished inserts, oldest first (or wait for them); stop at one still running.
+
+        A failed insert pauses the loader: the groups in flight behind it are
+        waited for and go back to the buffer with it, uncommitted, in order.
+        """
+        while self.inflight:
+            items, prep, future = self.inflight[0]
+            if not wait and not future.done():
+                return
+            self.inflight.popleft()
+            try:
+                future.result()
+            except StoreError as exc:
+                held = list(items)
+                while self.inflight:
+                    later, _, fut = self.inflight.popleft()
+                    with contextlib.suppress(StoreError):  # held and retried either way
+                        fut.result()
+                    held.extend(later)
+                self.buffer = held + self.buffer
+                self._store_down(exc)
+                return
+            self._committed(items, self.writer.settle(prep))
+            if oldest_only:
+                return
 
     def _store_down(self, exc: Exception) -> None:
         self.metrics.retries.inc()
@@ -276,8 +301,8 @@ class KafkaLoader:
         log.info("store back; resumed consumption")
 
     def _settle(self, final: bool) -> None:
-        """Finish the in-flight insert and flush what is buffered (shutdown, rebalance)."""
-        if self.inflight is not None:
+        """Finish the in-flight inserts and flush what is buffered (shutdown, rebalance)."""
+        if self.inflight:
             self._reap(wait=True)
         if self.buffer and not self.paused:
             items = self.buffer

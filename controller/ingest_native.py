@@ -108,13 +108,19 @@ class NativeBlock:
     """One complete, pre-serialized Native data packet and the column types it was written for.
 
     Built on the caller's thread (serialize_block) so the inserting thread only
-    writes bytes to the socket (the GIL is released while it sends).
+    writes bytes to the socket (the GIL is released while it sends).  The packet
+    is kept as its parts (headers and the columns' own buffers) in order: the
+    socket sends each where it lies, with no copy into one packet first.
     """
 
-    def __init__(self, data: bytes, types: dict[str, str], rows: int) -> None:
-        self.data = data
+    def __init__(self, parts: list[memoryview], types: dict[str, str], rows: int) -> None:
+        self.parts = parts
         self.types = types
         self.rows = rows
+
+    @property
+    def size(self) -> int:
+        return sum(part.nbytes for part in self.parts)
 
 
 def serialize_block(
@@ -145,10 +151,13 @@ def serialize_block(
             write_binary_uint8(0, head)
         pieces.append(head.getvalue())
         pieces.append(payload)
-    # one copy of each column, straight into the packet (bytes.join takes the arrays' buffers;
-    # the driver's socket writer needs bytes, not a bytearray)
-    data = b"".join([p.reshape(-1).view(np.uint8).data if isinstance(p, np.ndarray) else p for p in pieces])
-    return NativeBlock(data, {name: types[name] for name in columns}, rows)
+    # No copy: joining the ~130 MB of a 300k-row group into one bytes object, and the driver's
+    # buffered writer copying it again, cost the loader ~0.4 s per 1M rows.
+    parts = [
+        np.ascontiguousarray(p).reshape(-1).view(np.uint8).data if isinstance(p, np.ndarray) else memoryview(p)
+        for p in pieces
+    ]
+    return NativeBlock(parts, {name: types[name] for name in columns}, rows)
 
 
 class NativeInsertClient(Client):
@@ -165,8 +174,10 @@ class NativeInsertClient(Client):
             block: NativeBlock = data[0]
             if dict(sample_block.columns_with_types) != block.types or self.connection.compression:
                 raise SchemaMismatch("the table's columns or types differ from the pre-serialized block")
-            self.connection.fout.write(block.data)
             self.connection.fout.flush()
+            sock = self.connection.socket
+            for part in block.parts:
+                sock.sendall(part)
             self.receive_profile_events()
             self.connection.send_data(ColumnOrientedBlock())  # empty block: end of data
             self.receive_profile_events()

@@ -20,6 +20,7 @@ See docs/ingest.md for why this never duplicates rows.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -111,13 +112,14 @@ class BatchWriter:
         self.source = source
         self.tracker = SequenceTracker()
         self._counter = 0
-        self._native: Any = None
+        # Native-protocol connections for the row inserts, one per concurrent insert (a
+        # pipelining caller may have several in flight; a driver connection is not shared).
+        self._native = native and isinstance(store, ClickHouseStore)
+        self._idle: list[Any] = []
+        self._connections: list[Any] = []
+        self._pool_lock = threading.Lock()
         self._revision: int | None = None
         self._block_ok = True
-        if native and isinstance(store, ClickHouseStore):
-            from controller.ingest_native import native_client
-
-            self._native = native_client(store.url)
 
     # ------------------------------------------------------------ public
 
@@ -209,7 +211,16 @@ class BatchWriter:
         return PreparedFlush(result, columns, empty, updates, identities, time.monotonic() - t0, block)
 
     def commit(self, prep: PreparedFlush) -> FlushResult:
-        """The store part of a flush: dead letters, gaps, empty-batch ledger rows, then the rows."""
+        """The store part of a flush (insert), then its bookkeeping (settle)."""
+        self.insert(prep)
+        return self.settle(prep)
+
+    def insert(self, prep: PreparedFlush) -> FlushResult:
+        """Dead letters, gaps, empty-batch ledger rows, then the rows.  Raises StoreError.
+
+        Safe to run for several prepared flushes at once on different threads;
+        settle() them afterwards on one thread, in the order they were prepared.
+        """
         t_insert = time.monotonic()
         result = prep.result
         if result.dead_letters:
@@ -220,12 +231,16 @@ class BatchWriter:
             self._insert_empty(prep.empty)
         if prep.columns is not None and result.rows:
             self._insert_rows(prep.columns, result.rows, prep.block)
-        insert_seconds = time.monotonic() - t_insert
-        self.metrics.insert_seconds.observe(insert_seconds)
+        result.insert_seconds = time.monotonic() - t_insert
+        return result
+
+    def settle(self, prep: PreparedFlush) -> FlushResult:
+        """After insert() succeeded: sequence state, metrics and warnings for the flush."""
+        result = prep.result
+        self.metrics.insert_seconds.observe(result.insert_seconds)
         self.tracker.apply(prep.updates)
         result.prepare_seconds = prep.prepare_seconds
-        result.insert_seconds = insert_seconds
-        result.seconds = prep.prepare_seconds + insert_seconds
+        result.seconds = prep.prepare_seconds + result.insert_seconds
         m = self.metrics
         m.rows.inc(result.rows)
         m.batches.inc(result.batches)
@@ -254,8 +269,27 @@ class BatchWriter:
         return result
 
     def close(self) -> None:
-        if self._native is not None:
-            self._native.disconnect()
+        with self._pool_lock:
+            connections, self._connections, self._idle = self._connections, [], []
+        for client in connections:
+            client.disconnect()
+
+    def _checkout(self) -> Any:
+        with self._pool_lock:
+            if self._idle:
+                return self._idle.pop()
+        from controller.ingest_native import native_client
+
+        assert isinstance(self.store, ClickHouseStore)
+        client = native_client(self.store.url)
+        with self._pool_lock:
+            self._connections.append(client)
+        return client
+
+    def _checkin(self, client: Any) -> None:
+        with self._pool_lock:
+            if client in self._connections:
+                self._idle.append(client)
 
     # ------------------------------------------------------------ ledger
 
@@ -334,7 +368,7 @@ class BatchWriter:
 
     def _native_block(self, columns: Prepared, rows: int) -> Any:
         """Serialize the rows for the native insert now (on the preparing thread), if possible."""
-        if self._native is None or not self._block_ok:
+        if not self._native or not self._block_ok:
             return None
         from clickhouse_driver import errors as ch_errors
 
@@ -342,14 +376,17 @@ class BatchWriter:
         from controller.ingest_native import serialize_block
 
         if self._revision is None:
+            client = self._checkout()
             try:
-                self._revision = self._native.revision()
+                self._revision = client.revision()
             except (ch_errors.Error, OSError, EOFError):
                 return None  # the insert itself reports the store being down
+            finally:
+                self._checkin(client)
         return serialize_block(columns, rows, TCPINFO_TYPES, self._revision)
 
     def _insert_rows(self, prepared: Prepared, rows: int, block: Any = None) -> None:
-        if self._native is not None:
+        if self._native:
             from controller.ingest_native import NativeColumns, SchemaMismatch
 
             if block is not None and self._block_ok:
@@ -364,8 +401,8 @@ class BatchWriter:
                 return
             except SchemaMismatch as exc:
                 log.warning("native insert not possible (%s); using the driver's insert from now on", exc)
-                self._native.disconnect()
-                self._native = None
+                self._native = False
+                self.close()
         self.store.insert_columns(TABLE, to_insert_columns(prepared))
 
     def _native_insert(self, data: Any, columns: list[str]) -> None:
@@ -375,8 +412,9 @@ class BatchWriter:
 
         names = ", ".join(columns)
         url = self.store.url
+        client = self._checkout()
         try:
-            self._native.execute(f"INSERT INTO {TABLE} ({names}) VALUES", [data])
+            client.execute(f"INSERT INTO {TABLE} ({names}) VALUES", [data])
         except SchemaMismatch:
             raise
         except ch_errors.ServerException as exc:
@@ -385,3 +423,5 @@ class BatchWriter:
         except (ch_errors.Error, OSError, EOFError) as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StoreError(f"ClickHouse {url.host}:{url.port} unreachable: {text}") from exc
+        finally:
+            self._checkin(client)

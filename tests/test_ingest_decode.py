@@ -78,21 +78,23 @@ def test_native_strings_equal_the_per_row_encoding(values: list[str], codes: lis
 
 
 def test_native_packet_has_every_column_once_in_order() -> None:
-    """serialize_block (one copy into the packet) == header + per-column payloads written one by one."""
+    """serialize_block's parts, in order == header + per-column payloads written one by one."""
     msgs = _messages(900)
     group, _ = decode_all([scan_batch(m) for m in msgs])
     cols, rows = prepare(group)
     block = serialize_block(cols, rows, TCPINFO_TYPES, revision=54413)
     assert block is not None and block.rows == rows
+    data = b"".join(block.parts)
+    assert len(data) == block.size
     head_bytes = 0
     for name, col in cols.items():
         payload = serialize_column(TCPINFO_TYPES[name], col)
         assert payload is not None
         head = bytes([len(name)]) + name.encode() + bytes([len(TCPINFO_TYPES[name])]) + TCPINFO_TYPES[name].encode()
-        start = block.data.index(head, head_bytes) + len(head)  # (no custom-serialization flag before 54454)
-        assert block.data[start : start + len(payload)] == payload, name
+        start = data.index(head, head_bytes) + len(head)  # (no custom-serialization flag before 54454)
+        assert data[start : start + len(payload)] == payload, name
         head_bytes = start + len(payload)
-    assert head_bytes == len(block.data)  # nothing after the last column
+    assert head_bytes == len(data)  # nothing after the last column
 
 
 def test_heap_tuning_keeps_large_buffers_resident() -> None:

@@ -304,3 +304,81 @@ def test_two_loaders_share_partitions_and_load_every_row_once(
     assert not (seen[0] & seen[1])  # no partition consumed by both (no rebalance after the produce)
     assert _count(clickhouse_db_url) == _rows(msgs)
     assert _dup_count(clickhouse_db_url) == 0
+
+
+class _CommitLog:
+    """The loader's consumer, recording each offset it commits and the rows loaded at that moment."""
+
+    def __init__(self, consumer: object, store_url: str) -> None:
+        self._consumer = consumer
+        self._store_url = store_url
+        self.commits: list[tuple[int, int]] = []
+
+    def commit(self, offsets: list[object], asynchronous: bool) -> object:
+        (tp,) = offsets  # one partition
+        self.commits.append((tp.offset, _count(self._store_url)))  # type: ignore[attr-defined]
+        return self._consumer.commit(offsets=offsets, asynchronous=asynchronous)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._consumer, name)
+
+
+def test_earlier_insert_fails_while_a_later_one_lands_retried_in_order_once(
+    kafka_brokers: str, kafka_topic: str, clickhouse_db_url: str
+) -> None:
+    """Two groups in flight: the first fails after the second landed -> nothing committed
+    past the failure, both retried, the landed one found in the ledger, every row once."""
+    from controller.store import StoreError
+
+    _create_topic(kafka_brokers, kafka_topic, partitions=1)
+    msgs = _msgs(6000, seed=8)
+    _produce(kafka_brokers, kafka_topic, msgs)
+    store = open_store(clickhouse_db_url)
+    apply_migrations(store)
+    writer = BatchWriter(store)
+    real_insert = writer.insert
+    second_landed = threading.Event()
+    calls: list[int] = []
+
+    def insert(prep: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:  # the oldest group: fail, but only after the next one landed
+            second_landed.wait(20)
+            raise StoreError("injected: insert failed")
+        result = real_insert(prep)  # type: ignore[arg-type]
+        if len(calls) == 2:
+            second_landed.set()
+        return result
+
+    writer.insert = insert  # type: ignore[method-assign,assignment]
+    rows = _rows(msgs)
+    cfg = KafkaConfig(
+        brokers=kafka_brokers,
+        topic=kafka_topic,
+        group=f"g-{kafka_topic}",
+        min_rows=1,
+        max_rows=rows // 3,
+        max_wait=0.3,
+        inserters=2,
+        backoff_initial=0.2,
+        drain=True,
+    )
+    loader = KafkaLoader(writer, cfg, StopFlag())
+    commits = _CommitLog(loader.consumer, clickhouse_db_url)
+    loader.consumer = commits  # type: ignore[assignment]
+    try:
+        assert loader.run() == 0
+    finally:
+        writer.close()
+        store.close()
+    assert second_landed.is_set()
+    registry = writer.metrics.registry
+    assert (registry.get_sample_value("dyncc_ingest_retries_total") or 0) >= 1
+    assert (registry.get_sample_value("dyncc_ingest_duplicate_batches_total") or 0) > 0  # the landed group
+    assert _count(clickhouse_db_url) == rows
+    assert _dup_count(clickhouse_db_url) == 0
+    # an offset is committed only once every row before it is in the table, in order
+    offsets = [o for o, _ in commits.commits]
+    assert offsets == sorted(offsets) and offsets[-1] == len(msgs)
+    for offset, loaded in commits.commits:
+        assert loaded >= _rows(msgs[:offset]), (offset, loaded)

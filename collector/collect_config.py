@@ -15,7 +15,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from collector.collect_netlink import DEFAULT_STATES, TCP_STATES
+from collector.collect_netlink import DEFAULT_STATES
+from collector.collect_netlink import parse_states as netlink_states
 from collector.daemon import ConfigError, parse_duration
 
 if TYPE_CHECKING:
@@ -211,14 +212,10 @@ def load_config(args: argparse.Namespace) -> CollectConfig:
 
 def parse_states(items: Any) -> list[int]:
     """State names (repeatable, comma-separated) -> kernel state numbers; ConfigError if unknown."""
-    states: list[int] = []
-    for name in items:
-        for part in str(name).split(","):
-            key = part.strip().lower().replace("_", "-")
-            if key not in TCP_STATES:
-                raise ConfigError(f"bad state {part!r}: use one of {', '.join(TCP_STATES)}")
-            states.append(TCP_STATES[key])
-    return states
+    try:
+        return netlink_states(items)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def build_config(raw: dict[str, Any]) -> CollectConfig:

@@ -44,6 +44,19 @@ STATE_NAMES = {v: k for k, v in TCP_STATES.items()}
 #: Connected states except LISTEN, TIME_WAIT and SYN_RECV.
 DEFAULT_STATES = ("established", "syn-sent", "fin-wait-1", "fin-wait-2", "close-wait", "last-ack", "closing")
 
+
+def parse_states(items: Any) -> list[int]:
+    """State names (repeatable, comma-separated) -> kernel state numbers; ValueError if unknown."""
+    states: list[int] = []
+    for name in items:
+        for part in str(name).split(","):
+            key = part.strip().lower().replace("_", "-")
+            if key not in TCP_STATES:
+                raise ValueError(f"bad state {part!r}: use one of {', '.join(TCP_STATES)}")
+            states.append(TCP_STATES[key])
+    return states
+
+
 RECV_SIZE = 64 * 1024
 DEFAULT_CHUNK = 8 * 1024 * 1024
 RCVBUF = 4 * 1024 * 1024

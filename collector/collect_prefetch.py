@@ -182,6 +182,14 @@ class Prefetch:
 
     # ------------------------------------------------------------ parent side
 
+    def plan(self) -> tuple[list[str], int]:
+        """(namespaces in dump order, state mask) this helper was started for."""
+        namespaces: list[str] = []
+        for job in self.jobs:
+            if job.netns not in namespaces:
+                namespaces.append(job.netns)
+        return namespaces, self.states
+
     def take(self, netns: str, family: int, states: int, ext: int) -> int | None:
         """The job index holding this dump (jobs before it are skipped), or None."""
         if self.closed:

@@ -53,6 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if name not in SUBCOMMANDS:
         _top_parser().error(f"unknown subcommand {name!r}")
     module_name, desc = SUBCOMMANDS[name]
+    if name == "collect":
+        # a one-shot collector starts its kernel dump before anything else loads
+        from collector.collect_start import start_early_prefetch
+
+        start_early_prefetch(args[1:])
     # numpy's OpenBLAS starts a thread per core at import, and they spin for a while after any
     # BLAS call; dyncc does no linear algebra worth it (seen spinning at 3% of an ingest profile,
     # and ~0.1 s of CPU next to a one-shot collector's dump).  Set before any module imports numpy.

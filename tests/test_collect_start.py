@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
 
-from collector import batch_codec, collect_config, collect_prefetch
+import pytest
+
+from collector import batch_codec, collect_config, collect_prefetch, collect_start
 from collector.collect_netlink import DEFAULT_CHUNK, RECV_SIZE
 from collector.collect_start import start_prefetch
 from collector.netlink_diag import chunk_buffer_size
@@ -44,3 +47,32 @@ def test_no_prefetch_for_settings_that_will_be_refused() -> None:
     assert start_prefetch({**base, "state": ["nonsense"]}) is None
     assert start_prefetch({**base, "netns": ["a"], "all_netns": True}) is None
     assert start_prefetch({**base, "netns": ["h3col-no-such-namespace"]}) is None  # nothing to open
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--once"],
+        ["--once", "--netns", "h3a", "--netns", "h3b", "--state", "established,close-wait"],
+        ["--sink", "file", "--out", "/tmp/x", "--once", "--state", "listen", "--state", "established"],
+        ["--once", "--all-netns", "--no-default-excludes", "--pop", "ams"],
+        ["--once", "--netns=h3c", "--state=syn-sent"],
+    ],
+)
+def test_early_dump_plan_is_the_full_options_plan(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI's early fork reads the dump options exactly as the full parser does."""
+    started: list[tuple[list[str], int]] = []
+    monkeypatch.setattr(collect_start.Prefetch, "start", lambda ns, states: started.append((ns, states)))
+    monkeypatch.setattr(collect_start, "namespaces_to_dump", lambda netns, all_netns: [*netns, "*" * all_netns])
+    collect_start.start_early_prefetch(argv)
+    full = argparse.ArgumentParser()
+    collect_config.add_arguments(full)
+    assert started == [collect_start._dump_plan(collect_config.load_raw(full.parse_args(argv)))]
+
+
+def test_no_early_dump_without_once_or_with_a_config_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[object] = []
+    monkeypatch.setattr(collect_start.Prefetch, "start", lambda *a: started.append(a))
+    for argv in (["--netns", "x"], ["--once", "--config", "c.toml"], ["--once", "--config=c.toml"], ["--once", "-h"]):
+        collect_start.start_early_prefetch(argv)
+    assert started == []

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from collector.batch_codec import BatchHeader, decode_batch, encode_batches
 from controller.ingest_columns import format_prefix
@@ -188,7 +189,11 @@ def test_cli_replays_a_collector_file_into_chdb(tmp_path: Path) -> None:
     assert out[1].strip() == f"(1, {sum(4 + len(m) for m in msgs)})"
 
 
-def test_cli_rejects_bad_arguments() -> None:
+@pytest.mark.parametrize(
+    "extra, reason",
+    [([], "either --kafka"), (["--kafka", "127.0.0.1:1", "--inserters", "0"], "--inserters must be positive")],
+)
+def test_cli_rejects_bad_arguments(extra: list[str], reason: str) -> None:
     proc = subprocess.run(
         [
             sys.executable,
@@ -199,12 +204,13 @@ def test_cli_rejects_bad_arguments() -> None:
             "chdb:///tmp/x",
             "--metrics-port",
             "0",
+            *extra,
         ],
         capture_output=True,
         text=True,
         timeout=60,
     )
-    assert proc.returncode == 2 and "either --kafka" in proc.stderr and proc.stderr.count("\n") == 1
+    assert proc.returncode == 2 and reason in proc.stderr and proc.stderr.count("\n") == 1
 
 
 def test_fallback_insert_paths_load_the_same_rows(store: Store) -> None:

@@ -3,7 +3,8 @@
 - start_early_prefetch: called by the CLI before it loads the collect
   command: for `--once` with the dump given by flags alone (no --config), fork
   the dump helper straight from the command line (~30 ms before the full
-  option parsing would, with the dump the critical path of a one-shot run).
+  option parsing would, with the dump the critical path of a one-shot run);
+  the CLI discards it (discard_early_prefetch) if the command did not take it.
 - start_prefetch: for --once, the early helper if it dumps what the settings
   ask, else fork one from the not yet validated settings; any problem just
   means no prefetch (the real configuration check and the in-process dump
@@ -18,7 +19,6 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import os
 import sys
@@ -64,11 +64,10 @@ def start_early_prefetch(argv: list[str]) -> None:
     plan = _dump_plan({"state": args.state or list(DEFAULT_STATES), "netns": args.netns, "all_netns": args.all_netns})
     if plan is not None:
         _early = Prefetch.start(*plan)
-        if _early is not None:
-            atexit.register(_close_unused)  # e.g. the full option parsing refuses the command
 
 
-def _close_unused() -> None:
+def discard_early_prefetch() -> None:
+    """Stop the early dump helper if start_prefetch() did not take it."""
     global _early
     if _early is not None:
         _early.close()

@@ -81,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dyncc {name}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if name == "collect":  # a dump helper the command did not take (refused options, ...)
+            from collector.collect_start import discard_early_prefetch
+
+            discard_early_prefetch()
 
 
 if __name__ == "__main__":

@@ -76,3 +76,19 @@ def test_no_early_dump_without_once_or_with_a_config_file(monkeypatch: pytest.Mo
     for argv in (["--netns", "x"], ["--once", "--config", "c.toml"], ["--once", "--config=c.toml"], ["--once", "-h"]):
         collect_start.start_early_prefetch(argv)
     assert started == []
+
+
+def test_refused_options_leave_no_dump_helper_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    from controller.cli import main as cli_main
+
+    closed: list[int] = []
+
+    class FakePrefetch:
+        def close(self) -> None:
+            closed.append(1)
+
+    monkeypatch.setattr(collect_start.Prefetch, "start", lambda *a: FakePrefetch())
+    monkeypatch.setattr(collect_start, "namespaces_to_dump", lambda netns, all_netns: netns)
+    with pytest.raises(SystemExit):
+        cli_main(["collect", "--once", "--sink", "nowhere"])  # argparse refuses the sink
+    assert closed == [1] and collect_start._early is None

@@ -16,7 +16,7 @@ from typing import Any
 
 from collector.collect_config import add_arguments, load_raw
 from collector.collect_prefetch import Prefetch
-from collector.collect_start import exit_now, process_is_dyncc, start_prefetch
+from collector.collect_start import discard_early_prefetch, exit_now, process_is_dyncc, start_prefetch
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -33,6 +33,8 @@ def run(args: argparse.Namespace) -> int:
     if once:
         gc.disable()  # a one-shot run frees its memory by exiting
         prefetch = start_prefetch(raw)
+    else:
+        discard_early_prefetch()  # "--once" was an option's value: no one-shot run after all
     try:
         code = _run(raw, prefetch)
     finally:

@@ -51,6 +51,10 @@ def _load_extension_alone() -> types.ModuleType | None:
     sys.modules[PACKAGE] = placeholder
     try:
         return importlib.import_module(EXTENSION)
+    except Exception:  # a release whose extension needs its package: import it the usual way
+        for name in [m for m in sys.modules if m.startswith(PACKAGE + ".")]:
+            del sys.modules[name]
+        return None
     finally:
         if sys.modules.get(PACKAGE) is placeholder:
             del sys.modules[PACKAGE]

@@ -51,3 +51,21 @@ def test_an_imported_package_or_other_threads_mean_a_plain_import() -> None:
         "print(P is confluent_kafka.Producer)\n"
     )
     assert _run(code) == ["True", "True"]
+
+
+def test_an_extension_that_needs_its_package_falls_back_to_the_plain_import() -> None:
+    code = (
+        "import importlib, sys\n"
+        "real = importlib.import_module\n"
+        "def failing(name, *a):\n"
+        "    if name == 'confluent_kafka.cimpl' and type(sys.modules.get('confluent_kafka')).__name__ == 'module' \\\n"
+        "            and not hasattr(sys.modules['confluent_kafka'], 'Producer'):\n"
+        "        raise ImportError('needs the package')\n"
+        "    return real(name, *a)\n"
+        "importlib.import_module = failing\n"
+        "from collector.kafka_client import producer_class\n"
+        "P = producer_class()\n"
+        "import confluent_kafka\n"
+        "print(P is confluent_kafka.Producer, 'confluent_kafka.deserializing_consumer' in sys.modules)\n"
+    )
+    assert _run(code) == ["True", "True"]

@@ -118,10 +118,6 @@ class NativeBlock:
         self.types = types
         self.rows = rows
 
-    @property
-    def size(self) -> int:
-        return sum(part.nbytes for part in self.parts)
-
 
 def serialize_block(
     columns: Mapping[str, np.ndarray | StrColumn], rows: int, types: Mapping[str, str], revision: int

@@ -113,15 +113,6 @@ class LabResult:
     leftover_namespaces: list[str] = field(default_factory=list)
     first_selected: dict[str, int] = field(default_factory=dict)  # prefix -> round first selected
 
-    def new_socket_cc(self, prefix: str, since_round: int = 0) -> Counter[str]:
-        total: Counter[str] = Counter()
-        for r in self.rounds:
-            if r.round_no >= since_round:
-                for row in r.rows:
-                    if row.prefix == prefix:
-                        total.update(row.new_sockets)
-        return total
-
 
 def _shaping_label(client: lab_topology.Client, round_no: int) -> str:
     if client.profile == "alternating":

@@ -96,13 +96,6 @@ class Topology:
     def by_profile(self, profile: str) -> list[Client]:
         return [c for c in self.clients if c.profile == profile]
 
-    def slow_share(self) -> float:
-        """Fraction of prefixes shaped in any one round (the same every round)."""
-        if not self.clients:
-            return 0.0
-        slow = sum(1 for c in self.clients if c.slow_in_round(0))
-        return slow / len(self.clients)
-
 
 def _v6_prefix(n: int) -> tuple[str, str, str]:
     """The n-th client /56 (n >= 1): (prefix, router address, client address) on a /64 inside it."""

@@ -98,10 +98,6 @@ class WaveCheck:
     def last_success_received_ns(self) -> int:
         return max((r.received_ns for r in self.succeeded.values()), default=0)
 
-    @property
-    def first_success_reported_ns(self) -> int:
-        return min((r.reported_ns for r in self.succeeded.values()), default=0)
-
 
 @dataclass(frozen=True)
 class WindowStats:

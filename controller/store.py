@@ -344,15 +344,6 @@ class ChdbStore(Store):
                 raise StoreError(f"chDB insert into {table}: {_first_line(exc)}") from exc
         return rows
 
-    @classmethod
-    def close_session(cls) -> None:
-        """Close the process's chDB session (tests switching directories use this)."""
-        with cls._class_lock:
-            if cls._session is not None:
-                cls._session.close()
-            cls._session = None
-            cls._session_path = None
-
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()

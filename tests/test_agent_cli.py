@@ -34,11 +34,9 @@ def dyncc(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
-def once_args(lab: Lab, path: Path) -> list[str]:
+def edge_args(lab: Lab) -> list[str]:
+    """The agent's options for the lab's edge host."""
     return [
-        "--from-file",
-        str(path),
-        "--once",
         "--pop",
         POP,
         "--public-key",
@@ -48,6 +46,10 @@ def once_args(lab: Lab, path: Path) -> list[str]:
         "--state-dir",
         str(lab.state_dir),
     ]
+
+
+def once_args(lab: Lab, path: Path) -> list[str]:
+    return ["--from-file", str(path), "--once", *edge_args(lab)]
 
 
 def test_from_file_once_end_to_end(lab: Lab, tmp_path: Path) -> None:
@@ -159,14 +161,7 @@ def test_kafka_mode_latest_config_route_events_kill_switch_and_sigterm(
             "agent",
             "--kafka",
             kafka_brokers,
-            "--pop",
-            POP,
-            "--public-key",
-            str(lab.public_key_path),
-            "--netns",
-            lab.edge,
-            "--state-dir",
-            str(lab.state_dir),
+            *edge_args(lab),
             "--config-topic",
             config_topic,
             "--status-topic",

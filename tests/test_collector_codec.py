@@ -21,6 +21,7 @@ from collector.batch_codec import (
     decode_all,
     decode_batch,
     encode_batches,
+    encode_varint,
     scan_batch,
 )
 from schemas.tcpinfo_pb2 import TcpInfoBatch
@@ -159,15 +160,6 @@ def test_extreme_values_round_trip_and_too_wide_values_are_refused() -> None:
         encode_batches({"rtt": np.array([2**32], dtype=np.uint64)}, header(), first_sequence=0)
     with pytest.raises(ValueError, match="negative value"):
         encode_batches({"rtt": np.array([-1], dtype=np.int64)}, header(), first_sequence=0)
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @settings(max_examples=25, deadline=None)
@@ -339,12 +331,12 @@ def good_message(rows: int = 40, seed: int = 2) -> bytes:
 def packed(field: int, values: list[int]) -> bytes:
     """A packed fixed32 field."""
     payload = b"".join(struct.pack("<I", v) for v in values)
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+    return encode_varint(field << 3 | 2) + encode_varint(len(payload)) + payload
 
 
 def unpacked(field: int, value: int) -> bytes:
     """One fixed32 element written unpacked (wire type 5)."""
-    return _varint(field << 3 | 5) + struct.pack("<I", value)
+    return encode_varint(field << 3 | 5) + struct.pack("<I", value)
 
 
 @settings(max_examples=40, deadline=None)
@@ -360,11 +352,11 @@ def test_any_field_order_unknown_fields_and_repeats_decode_like_the_runtime() ->
     assert b"".join(fields) == data
     rng = np.random.default_rng(7)
     unknown = [
-        _varint(900 << 3 | 0) + _varint(2**40),  # varint
-        _varint(901 << 3 | 1) + bytes(8),  # fixed64
-        _varint(902 << 3 | 5) + bytes(4),  # fixed32
-        _varint(903 << 3 | 2) + b"\x03abc",  # length-delimited
-        _varint(904 << 3 | 3) + _varint(1 << 3 | 0) + b"\x05" + _varint(904 << 3 | 4),  # group
+        encode_varint(900 << 3 | 0) + encode_varint(2**40),  # varint
+        encode_varint(901 << 3 | 1) + bytes(8),  # fixed64
+        encode_varint(902 << 3 | 5) + bytes(4),  # fixed32
+        encode_varint(903 << 3 | 2) + b"\x03abc",  # length-delimited
+        encode_varint(904 << 3 | 3) + encode_varint(1 << 3 | 0) + b"\x05" + encode_varint(904 << 3 | 4),  # group
     ]
     rtt = TcpInfoBatch.FromString(data).rtt
     rtt_num = TcpInfoBatch.DESCRIPTOR.fields_by_name["rtt"].number
@@ -384,8 +376,8 @@ def test_any_field_order_unknown_fields_and_repeats_decode_like_the_runtime() ->
         + packed(rtt_num, list(rtt[:10]))
         + b"".join(unpacked(rtt_num, v) for v in rtt[10:]),
         # a repeated scalar header field: the last one wins; a bytes column twice: the last one wins
-        "header twice": _varint(3 << 3 | 2) + b"\x05other" + data,
-        "address twice": _varint(src_num << 3 | 2) + _varint(640) + bytes(640) + data,
+        "header twice": encode_varint(3 << 3 | 2) + b"\x05other" + data,
+        "address twice": encode_varint(src_num << 3 | 2) + encode_varint(640) + bytes(640) + data,
         "empty packed first": packed(rtt_num, []) + data,
     }
     for name, variant in variants.items():

@@ -78,17 +78,29 @@ def test_no_early_dump_without_once_or_with_a_config_file(monkeypatch: pytest.Mo
     assert started == []
 
 
-def test_refused_options_leave_no_dump_helper_behind(monkeypatch: pytest.MonkeyPatch) -> None:
-    from controller.cli import main as cli_main
+_REFUSED = """
+import os, sys
+from collector import collect_start
+from controller.cli import main
+started = []
+real_start = collect_start.Prefetch.start
+collect_start.Prefetch.start = lambda *a, **k: started.append(real_start(*a, **k)) or started[-1]
+try:
+    main(["collect", "--once", "--sink", "nowhere"])  # argparse refuses the sink
+except SystemExit as exc:
+    print("exit", exc.code)
+helper = started[0]
+try:
+    os.kill(helper.child, 0)
+    alive = True
+except ProcessLookupError:
+    alive = False
+print(helper.closed, alive, collect_start._early is None)
+"""
 
-    closed: list[int] = []
 
-    class FakePrefetch:
-        def close(self) -> None:
-            closed.append(1)
-
-    monkeypatch.setattr(collect_start.Prefetch, "start", lambda *a: FakePrefetch())
-    monkeypatch.setattr(collect_start, "namespaces_to_dump", lambda netns, all_netns: netns)
-    with pytest.raises(SystemExit):
-        cli_main(["collect", "--once", "--sink", "nowhere"])  # argparse refuses the sink
-    assert closed == [1] and collect_start._early is None
+def test_refused_options_leave_no_dump_helper_behind() -> None:
+    """A real dump helper forked early (own namespace) is stopped and reaped when the options are refused."""
+    out = subprocess.run([sys.executable, "-c", _REFUSED], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["exit", "2", "True", "False", "True"]

@@ -5,16 +5,17 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import select
-import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from collector.batch_codec import decode_batch
@@ -23,7 +24,7 @@ from controller.ingest_kafka import CRASH_ENV, KafkaConfig, KafkaLoader
 from controller.ingest_synth import synth_messages
 from controller.ingest_writer import BatchWriter
 from controller.migrate import apply_migrations
-from controller.store import open_store, parse_store_url
+from controller.store import open_store
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
 
@@ -131,82 +132,58 @@ def test_killed_between_insert_and_commit_then_restarted_no_duplicates(
     assert sum(int(n) for n in re.findall(r"(\d+) already loaded", proc.stderr)) > 0
 
 
-class TcpProxy:
-    """127.0.0.1:<port> -> target, that can refuse connections (down) and come back (up)."""
+CLICKHOUSE_SH = Path(__file__).resolve().parent.parent / "deploy" / "clickhouse" / "clickhouse.sh"
 
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.port = 0
-        self._listener: socket.socket | None = None
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self.up()
 
-    def up(self) -> None:
-        ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("127.0.0.1", self.port))
-        ls.listen(16)
-        self.port = ls.getsockname()[1]
-        self._listener = ls
-        t = threading.Thread(target=self._accept, args=(ls,), daemon=True)
-        t.start()
-        self._threads.append(t)
+class PrivateClickHouse:
+    """A clickhouse-server of this test's own (ports 19400/18423/19409, data in a temp dir) to stop and start."""
 
-    def down(self) -> None:
-        with self._lock:
-            if self._listener is not None:
-                self._listener.close()
-                self._listener = None
-            for c in self._conns:
-                with contextlib.suppress(OSError):
-                    c.shutdown(socket.SHUT_RDWR)
-                c.close()
-            self._conns.clear()
+    def __init__(self, stack: Path) -> None:
+        self.env = dict(
+            os.environ,
+            DYNCC_STACK_DIR=str(stack),
+            DYNCC_CH_TCP_PORT="19400",
+            DYNCC_CH_HTTP_PORT="18423",
+            DYNCC_CH_INTERSERVER_PORT="19409",
+        )
+        self.url = "clickhouse://default:@127.0.0.1:19400/dingest_outage?connect_timeout=1&timeout=10"
 
-    def _accept(self, ls: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = ls.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._conns += [client, upstream]
-            threading.Thread(target=self._pipe, args=(client, upstream), daemon=True).start()
+    def _run(self, *cmds: str) -> None:
+        for cmd in cmds:
+            out = subprocess.run(
+                ["bash", str(CLICKHOUSE_SH), cmd], env=self.env, capture_output=True, text=True, timeout=90
+            )
+            assert out.returncode == 0, f"clickhouse.sh {cmd}: {out.stderr[-2000:]}"
 
-    @staticmethod
-    def _pipe(a: socket.socket, b: socket.socket) -> None:
-        try:
-            while True:
-                ready, _, _ = select.select([a, b], [], [], 1.0)
-                for s in ready:
-                    data = s.recv(1 << 16)
-                    if not data:
-                        return
-                    (b if s is a else a).sendall(data)
-        except (OSError, ValueError):
-            return
-        finally:
-            for s in (a, b):
-                with contextlib.suppress(OSError):
-                    s.close()
+    def start(self) -> None:
+        self._run("start", "wait")
+
+    def stop(self) -> None:
+        self._run("stop")
 
 
 @pytest.fixture
-def ch_proxy(clickhouse_db_url: str) -> Iterator[tuple[TcpProxy, str]]:
-    url = parse_store_url(clickhouse_db_url)
-    proxy = TcpProxy((url.host, url.port))
-    yield (
-        proxy,
-        f"clickhouse://{url.user}:@127.0.0.1:{proxy.port}/{url.database}?connect_timeout=1&timeout=10",
-    )
-    proxy.down()
+def private_clickhouse(clickhouse_db_url: str) -> Iterator[PrivateClickHouse]:
+    """Needs the same installed server as the shared one (clickhouse_db_url skips when that is missing)."""
+    stack = Path(tempfile.mkdtemp(prefix="dingest-ch-"))
+    server = PrivateClickHouse(stack)
+    server.start()
+    try:
+        yield server
+    finally:
+        with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
+            server.stop()
+        shutil.rmtree(stack, ignore_errors=True)
+
+
+def _committed(brokers: str, group: str, topic: str, partitions: int) -> int:
+    """Sum of the group's committed offsets, read without joining the group."""
+    consumer = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return sum(max(tp.offset, 0) for tp in got)
+    finally:
+        consumer.close()
 
 
 def _wait(cond: object, timeout: float, what: str) -> None:
@@ -219,18 +196,20 @@ def _wait(cond: object, timeout: float, what: str) -> None:
 
 
 def test_clickhouse_down_mid_run_then_back_every_row_once(
-    kafka_brokers: str, kafka_topic: str, clickhouse_db_url: str, ch_proxy: tuple[TcpProxy, str]
+    kafka_brokers: str, kafka_topic: str, private_clickhouse: PrivateClickHouse
 ) -> None:
-    proxy, via_proxy = ch_proxy
+    """The real server is stopped (SIGTERM) mid-run and started again on the same data."""
     _create_topic(kafka_brokers, kafka_topic)
     first, second = _msgs(3000, seed=3), _msgs(3000, seed=4, first_sequence=1000)
-    store = open_store(via_proxy)
+    url = private_clickhouse.url
+    store = open_store(url)
     apply_migrations(store)
     writer = BatchWriter(store)
+    group = f"g-{kafka_topic}"
     cfg = KafkaConfig(
         brokers=kafka_brokers,
         topic=kafka_topic,
-        group=f"g-{kafka_topic}",
+        group=group,
         max_wait=0.3,
         backoff_initial=0.2,
         backoff_max=1.0,
@@ -242,8 +221,9 @@ def test_clickhouse_down_mid_run_then_back_every_row_once(
     thread.start()
     try:
         _produce(kafka_brokers, kafka_topic, first)
-        _wait(lambda: _count(clickhouse_db_url) == _rows(first), 40, "first half loaded")
-        proxy.down()
+        _wait(lambda: _count(url) == _rows(first), 40, "first half loaded")
+        _wait(lambda: _committed(kafka_brokers, group, kafka_topic, 3) == len(first), 20, "first half committed")
+        private_clickhouse.stop()
         _produce(kafka_brokers, kafka_topic, second)
         retries = writer.metrics.registry
         _wait(
@@ -251,12 +231,19 @@ def test_clickhouse_down_mid_run_then_back_every_row_once(
             30,
             "paused with retries",
         )
-        assert _count(clickhouse_db_url) == _rows(first)
-        proxy.up()
+        time.sleep(1.0)
+        assert loader.paused
+        assert _committed(kafka_brokers, group, kafka_topic, 3) == len(first)  # nothing committed while down
+        private_clickhouse.start()
         _wait(
-            lambda: _count(clickhouse_db_url) >= _rows(first) + _rows(second) and not loader.paused,
-            40,
+            lambda: _count(url) >= _rows(first) + _rows(second) and not loader.paused,
+            60,
             "second half loaded",
+        )
+        _wait(
+            lambda: _committed(kafka_brokers, group, kafka_topic, 3) == len(first) + len(second),
+            20,
+            "second half committed",
         )
     finally:
         stop.set("test")
@@ -264,8 +251,8 @@ def test_clickhouse_down_mid_run_then_back_every_row_once(
         store.close()
         writer.close()
     assert result == [0]
-    assert _count(clickhouse_db_url) == _rows(first) + _rows(second)
-    assert _dup_count(clickhouse_db_url) == 0
+    assert _count(url) == _rows(first) + _rows(second)
+    assert _dup_count(url) == 0
 
 
 def test_two_loaders_share_partitions_and_load_every_row_once(

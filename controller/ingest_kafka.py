@@ -22,8 +22,8 @@
   committed (or, if the store is down, dropped uncommitted for the next owner).
 * --drain: exit once every assigned partition has lag 0 after an idle poll.
 * Fault injection for tests: DYNCC_INGEST_CRASH_AFTER_INSERT=1 makes the
-  process exit (os._exit(137), like SIGKILL) right after a flush succeeded and
-  before its offsets are committed.
+  process send itself SIGKILL right after a flush succeeded and before its
+  offsets are committed.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -319,9 +320,9 @@ class KafkaLoader:
         from confluent_kafka import KafkaException, TopicPartition
 
         if self.crash_after_insert:
-            log.warning("%s set: exiting after the insert, before the commit", CRASH_ENV)
+            log.warning("%s set: SIGKILL after the insert, before the commit", CRASH_ENV)
             logging.shutdown()
-            os._exit(137)
+            os.kill(os.getpid(), signal.SIGKILL)
         ends: dict[tuple[str, int], int] = {}
         for item in items:
             key = (item.topic, item.partition)

@@ -6,7 +6,6 @@ with a data dir under /tmp) so the shared broker is never stopped.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -26,10 +25,10 @@ from collector.collect_metrics import CollectMetrics
 from collector.filters import FilterSpec
 from collector.poller import Poller, PollerConfig
 from collector.sinks import KafkaSink
+from tests.private_server import PrivateServer
 
 pytestmark = pytest.mark.kafka
 REPO = Path(__file__).resolve().parent.parent
-KAFKA_SH = REPO / "deploy" / "kafka" / "kafka.sh"
 
 
 def consume(brokers: str, topic: str, want: int, timeout: float = 30.0) -> list[bytes]:
@@ -167,23 +166,20 @@ def test_sigterm_flushes_queued_batches(kafka_brokers: str, kafka_topic: str) ->
 
 
 @pytest.fixture(scope="module")
-def private_broker() -> Iterator[tuple[str, dict[str, str]]]:
+def private_broker() -> Iterator[PrivateServer]:
     if shutil.which("java") is None:
         pytest.skip("java not installed")
-    stack = Path(f"/tmp/dcol-kafka-{uuid.uuid4().hex[:6]}")
-    env = dict(os.environ, DYNCC_KAFKA_PORT="19292", DYNCC_KAFKA_CONTROLLER_PORT="19293", DYNCC_STACK_DIR=str(stack))
-    subprocess.run(["bash", str(KAFKA_SH), "start"], env=env, check=True, capture_output=True, timeout=120)
+    server = PrivateServer("kafka", DYNCC_KAFKA_PORT="19292", DYNCC_KAFKA_CONTROLLER_PORT="19293")
     try:
-        subprocess.run(["bash", str(KAFKA_SH), "wait"], env=env, check=True, capture_output=True, timeout=120)
-        yield "127.0.0.1:19292", env
+        server.start()
+        yield server
     finally:
-        subprocess.run(["bash", str(KAFKA_SH), "stop"], env=env, capture_output=True, timeout=60)
-        shutil.rmtree(stack, ignore_errors=True)
+        server.remove()
 
 
 @pytest.mark.slow
-def test_broker_outage_loses_nothing(private_broker: tuple[str, dict[str, str]]) -> None:
-    brokers, env = private_broker
+def test_broker_outage_loses_nothing(private_broker: PrivateServer) -> None:
+    brokers = "127.0.0.1:19292"
     topic = f"dcol_outage_{uuid.uuid4().hex[:8]}"
     col = Collector(
         "--interval",
@@ -201,11 +197,10 @@ def test_broker_outage_loses_nothing(private_broker: tuple[str, dict[str, str]])
     )
     try:
         col.wait_polls(3)
-        subprocess.run(["bash", str(KAFKA_SH), "stop"], env=env, check=True, capture_output=True, timeout=60)
+        private_broker.stop()
         before = col.polls()
         time.sleep(3)
-        subprocess.run(["bash", str(KAFKA_SH), "start"], env=env, check=True, capture_output=True, timeout=60)
-        subprocess.run(["bash", str(KAFKA_SH), "wait"], env=env, check=True, capture_output=True, timeout=60)
+        private_broker.start()
         during = col.polls()
         col.wait_polls(during + 4)
     finally:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -26,6 +22,7 @@ from controller.ingest_synth import synth_messages
 from controller.ingest_writer import BatchWriter
 from controller.migrate import apply_migrations
 from controller.store import open_store
+from tests.private_server import PrivateServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
 
@@ -134,48 +131,20 @@ def test_killed_between_insert_and_commit_then_restarted_no_duplicates(
     assert sum(int(n) for n in re.findall(r"(\d+) already loaded", proc.stderr)) > 0
 
 
-CLICKHOUSE_SH = Path(__file__).resolve().parent.parent / "deploy" / "clickhouse" / "clickhouse.sh"
-
-
-class PrivateClickHouse:
-    """A clickhouse-server of this test's own (ports 19400/18423/19409, data in a temp dir) to stop and start."""
-
-    def __init__(self, stack: Path) -> None:
-        self.env = dict(
-            os.environ,
-            DYNCC_STACK_DIR=str(stack),
-            DYNCC_CH_TCP_PORT="19400",
-            DYNCC_CH_HTTP_PORT="18423",
-            DYNCC_CH_INTERSERVER_PORT="19409",
-        )
-        self.url = "clickhouse://default:@127.0.0.1:19400/dingest_outage?connect_timeout=1&timeout=10"
-
-    def _run(self, *cmds: str) -> None:
-        for cmd in cmds:
-            out = subprocess.run(
-                ["bash", str(CLICKHOUSE_SH), cmd], env=self.env, capture_output=True, text=True, timeout=90
-            )
-            assert out.returncode == 0, f"clickhouse.sh {cmd}: {out.stderr[-2000:]}"
-
-    def start(self) -> None:
-        self._run("start", "wait")
-
-    def stop(self) -> None:
-        self._run("stop")
-
-
 @pytest.fixture
-def private_clickhouse(clickhouse_db_url: str) -> Iterator[PrivateClickHouse]:
-    """Needs the same installed server as the shared one (clickhouse_db_url skips when that is missing)."""
-    stack = Path(tempfile.mkdtemp(prefix="dingest-ch-"))
-    server = PrivateClickHouse(stack)
-    server.start()
+def private_clickhouse(clickhouse_db_url: str) -> Iterator[PrivateServer]:
+    """A ClickHouse 18.16 of this test's own on port 19400 (clickhouse_db_url skips when none is installed)."""
+    server = PrivateServer(
+        "clickhouse", DYNCC_CH_TCP_PORT="19400", DYNCC_CH_HTTP_PORT="18423", DYNCC_CH_INTERSERVER_PORT="19409"
+    )
     try:
+        server.start()
         yield server
     finally:
-        with contextlib.suppress(AssertionError, subprocess.TimeoutExpired):
-            server.stop()
-        shutil.rmtree(stack, ignore_errors=True)
+        server.remove()
+
+
+PRIVATE_CLICKHOUSE_URL = "clickhouse://default:@127.0.0.1:19400/dingest_outage?connect_timeout=1&timeout=10"
 
 
 def _committed(brokers: str, group: str, topic: str, partitions: int) -> int:
@@ -198,12 +167,12 @@ def _wait(cond: object, timeout: float, what: str) -> None:
 
 
 def test_clickhouse_down_mid_run_then_back_every_row_once(
-    kafka_brokers: str, kafka_topic: str, private_clickhouse: PrivateClickHouse
+    kafka_brokers: str, kafka_topic: str, private_clickhouse: PrivateServer
 ) -> None:
     """The real server is stopped (SIGTERM) mid-run and started again on the same data."""
     _create_topic(kafka_brokers, kafka_topic)
     first, second = _msgs(3000, seed=3), _msgs(3000, seed=4, first_sequence=1000)
-    url = private_clickhouse.url
+    url = PRIVATE_CLICKHOUSE_URL
     store = open_store(url)
     apply_migrations(store)
     writer = BatchWriter(store)

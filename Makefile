@@ -6,7 +6,7 @@
 #   make test        venv + servers, pytest against the real servers, servers stopped again
 #                    (a stack that was already running before `make test` is left running;
 #                    DYNCC_KEEP_STACK=1 keeps a stack started by `make test`)
-#   make lint        ruff + mypy
+#   make lint        ruff check, ruff format --check, mypy (CI runs it before the tests)
 #   make demo | bench | proto | clean
 
 SHELL := /bin/bash
@@ -77,6 +77,7 @@ test: deps
 
 lint: venv
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
 demo: venv

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from collector.daemon import ConfigError, StopFlag, parse_duration, setup_logging, start_metrics
+from collector.names import check_brokers, check_pop, check_topic
 
 if TYPE_CHECKING:
     from collector.agent_core import Agent
@@ -66,8 +67,17 @@ def _check_args(args: argparse.Namespace) -> float:
         raise ConfigError("--from-file applies one config: add --once")
     if args.once and not args.from_file:
         raise ConfigError("--once is only for --from-file")
-    if not args.pop or not args.pop.strip():
-        raise ConfigError("--pop must not be empty")
+    check_pop(args.pop)
+    if not args.host or not args.host.strip():
+        raise ConfigError("--host must not be empty")
+    if args.kafka:
+        check_brokers(args.kafka, "--kafka")
+        check_topic(args.config_topic, "--config-topic")
+        check_topic(args.status_topic, "--status-topic")
+    if not 0 <= args.metrics_port <= 65535:
+        raise ConfigError(f"bad --metrics-port {args.metrics_port}: 0 (off) or 1-65535")
+    if args.state_dir is not None and args.state_dir.exists() and not args.state_dir.is_dir():
+        raise ConfigError(f"bad --state-dir {args.state_dir}: not a directory")
     if not 1 <= args.proto <= 255 or args.proto in RESERVED_PROTOS:
         raise ConfigError(f"--proto {args.proto}: use a dedicated protocol number in 5..255 (default 250)")
     if args.netns and not os.path.exists(f"/run/netns/{args.netns}"):

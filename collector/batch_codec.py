@@ -25,6 +25,10 @@ Decoding accepts every valid protobuf encoding:
     dead-letters the bad one).
   * decode_batch() is the one-message API: scan + decode, BatchDecodeError
     with a one-line reason for anything the contract forbids.
+  * Header strings have length limits (HEADER_LIMITS, in UTF-8 bytes; at most
+    MAX_CC_NAMES congestion-control names of MAX_CC_NAME_BYTES each): every
+    scan checks them, so a batch over a limit is refused with its reason
+    before ingest looks it up or stores anything (see schemas/tcpinfo.proto).
 
 Column names are the proto field names (== ClickHouse `tcpinfo` columns).
 Integer columns decode as uint32 / uint64 (the proto types); address columns
@@ -66,6 +70,13 @@ from schemas.tcpinfo_pb2 import TcpInfoBatch
 
 MAX_PREFIX_LEN = 128
 
+#: Header string limits in UTF-8 bytes: host like a DNS name (RFC 1035: 255), POP a short
+#: site code, netns a file name (NAME_MAX 255).  A congestion-control name is at most
+#: TCP_CA_NAME_MAX (16) bytes in Linux; a batch names at most MAX_CC_NAMES of them.
+HEADER_LIMITS: dict[str, int] = {"host": 255, "pop": 64, "netns": 255}
+MAX_CC_NAME_BYTES = 16
+MAX_CC_NAMES = 256
+
 __all__ = [
     "ADDRESS_COLUMNS",
     "COLUMNS",
@@ -74,6 +85,9 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_ROWS",
     "FIRST_COLUMN_FIELD",
+    "HEADER_LIMITS",
+    "MAX_CC_NAMES",
+    "MAX_CC_NAME_BYTES",
     "ROW_BYTES",
     "SCHEMA_VERSION",
     "BatchDecodeError",
@@ -89,6 +103,7 @@ __all__ = [
     "encode_batches",
     "encode_header",
     "encode_varint",
+    "header_field_error",
     "scan_batch",
     "split_bodies",
     "split_body_parts",
@@ -191,11 +206,39 @@ def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
+def _utf8_over(value: str, limit: int) -> int:
+    """The UTF-8 length of `value` if it is over `limit` bytes, else 0."""
+    n = len(value)
+    if n * 4 <= limit:  # at most 4 bytes a character
+        return 0
+    size = len(value.encode("utf-8", "surrogatepass"))
+    return size if size > limit else 0
+
+
+def header_field_error(name: str, value: str) -> str | None:
+    """Why header string `name` (host, pop, netns) cannot be `value`, or None when it is within its limit."""
+    size = _utf8_over(value, HEADER_LIMITS[name])
+    if size:
+        return f"{name} is {size} bytes, over the {HEADER_LIMITS[name]}-byte limit"
+    return None
+
+
 def _check_header(h: TcpInfoBatch) -> None:
     if h.schema_version != SCHEMA_VERSION:
         raise BatchDecodeError(f"schema_version {h.schema_version} not supported (this reader knows {SCHEMA_VERSION})")
     if h.batch_count and h.batch_index >= h.batch_count:
         raise BatchDecodeError(f"batch_index {h.batch_index} >= batch_count {h.batch_count}")
+    for name in HEADER_LIMITS:
+        reason = header_field_error(name, getattr(h, name))
+        if reason:
+            raise BatchDecodeError(reason)
+    names = h.cc_names
+    if len(names) > MAX_CC_NAMES:
+        raise BatchDecodeError(f"{len(names)} cc_names, over the limit of {MAX_CC_NAMES}")
+    for cc in names:
+        size = _utf8_over(cc, MAX_CC_NAME_BYTES)
+        if size:
+            raise BatchDecodeError(f"a cc_names entry is {size} bytes, over the {MAX_CC_NAME_BYTES}-byte limit")
 
 
 def _parse_header(data: bytes) -> TcpInfoBatch:

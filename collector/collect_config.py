@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from collector.collect_netlink import DEFAULT_STATES
 from collector.collect_netlink import parse_states as netlink_states
 from collector.daemon import ConfigError, parse_duration
+from collector.names import check_brokers, check_pop
 
 if TYPE_CHECKING:
     from collector.poller import PollerConfig
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 #: = batch_codec.DEFAULT_MAX_ROWS / DEFAULT_MAX_BYTES (a test keeps them equal)
 DEFAULT_MAX_ROWS = 4096
 DEFAULT_MAX_BYTES = 900_000
+#: = batch_codec.HEADER_LIMITS (a test keeps them equal): ingest refuses longer header strings
+HEADER_LIMITS = {"host": 255, "pop": 64, "netns": 255}
 
 SINKS = ("kafka", "file", "stdout")
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmg]i?b?|b)?\s*$", re.IGNORECASE)
@@ -129,7 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--prefix-v6", help="client prefix length for IPv6 (default 56)")
     a("--max-rows", help=f"rows per batch (default {DEFAULT_MAX_ROWS})")
     a("--max-bytes", help=f"bytes per batch (default {DEFAULT_MAX_BYTES})")
-    a("--host", help="host name in batch headers (default: this host's name)")
+    a("--host", help="host name in batch headers, at most 255 bytes (default: this host's name)")
     a("--pop", help="POP name in batch headers")
     a("--metrics-port", help="serve Prometheus metrics on this port (0 = off)")
     a("-v", "--verbose", action="store_const", const=True, help="debug logging")  # fmt: skip
@@ -242,8 +245,17 @@ def build_config(raw: dict[str, Any]) -> CollectConfig:
     if sink == "kafka":
         if not brokers:
             raise ConfigError("--sink kafka needs --brokers host:port[,host:port]")
+        check_brokers(brokers, "--brokers")
         if not _TOPIC.match(topic):
             raise ConfigError(f"bad topic {topic!r}: letters, digits, '.', '_', '-' only")
+    if sink == "file":
+        parent = os.path.dirname(os.path.abspath(out))
+        while not os.path.exists(parent):  # the sink creates missing directories
+            parent = os.path.dirname(parent)
+        if os.path.isdir(out) or not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+            raise ConfigError(f"bad --out {out!r}: cannot create a file there")
+    if raw["pop"]:
+        check_pop(str(raw["pop"]))
 
     states = parse_states(raw["state"])
     if not states:
@@ -279,9 +291,18 @@ def build_config(raw: dict[str, Any]) -> CollectConfig:
     max_bytes = parse_size(raw["max_bytes"], "max-bytes")
     if not 4096 <= max_bytes <= 64 << 20:
         raise ConfigError(f"bad max-bytes {max_bytes}: must be between 4096 and 64MiB")
+    host = str(raw["host"] or socket.gethostname())
+    pop = str(raw["pop"])
+    for key, value in (("host", host), ("pop", pop), *(("netns", n) for n in netns)):
+        size = len(value.encode("utf-8", "surrogateescape"))
+        if size > HEADER_LIMITS[key]:
+            raise ConfigError(
+                f"bad {key} {value[:32]!r}...: {size} bytes, over the {HEADER_LIMITS[key]}-byte limit "
+                "of batch headers (ingest would dead-letter every batch)"
+            )
     poller = PollerConfig(
-        host=str(raw["host"] or socket.gethostname()),
-        pop=str(raw["pop"]),
+        host=host,
+        pop=pop,
         netns=tuple(netns),
         all_netns=bool(raw["all_netns"]),
         states=tuple(sorted(set(states))),

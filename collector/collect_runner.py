@@ -5,6 +5,8 @@ as the poller has it.  A poll that takes longer than the interval (dump +
 encode + hand-off to the sink) is counted as an overrun and
 the next poll starts at once; a poll that passes its timeout is abandoned and
 counted.  On SIGTERM/SIGINT (StopFlag) the loop ends and the sink is flushed.
+A one-shot run (--once) logs one line after the flush: the poll's summary, or
+on failure one error line with the reason and that summary.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def make_sink(cfg: CollectConfig, metrics: CollectMetrics) -> Sink:
             queue_max_bytes=cfg.queue_max_bytes,
             linger_ms=min(cfg.linger_ms, 5) if cfg.once else cfg.linger_ms,
             extra=cfg.kafka_extra,
+            quiet=cfg.once,  # the run's one closing line says what went wrong
         )
     except Exception as exc:  # confluent_kafka.KafkaException on bad settings
         raise ConfigError(f"bad Kafka settings: {exc}") from exc
@@ -75,6 +78,7 @@ class CollectLoop:
         self.stop = stop
         self.poller = Poller(cfg.poller, prefetch=prefetch)
         self.polls = 0
+        self.last_summary = ""
 
     def poll_once(self) -> float:
         """One poll handed to the sink; returns its duration in seconds."""
@@ -94,12 +98,13 @@ class CollectLoop:
         self.polls += 1
         filtered = sum(result.filtered.values())
         errors = sum(result.errors.values())
-        log.info(
-            "poll %d: netns=%d seen=%d exported=%d filtered=%d errors=%d batches=%d bytes=%d "
-            "took=%.3fs queue=%d",
-            self.polls, len(result.namespaces), result.seen, result.exported, filtered, errors,
-            result.sent_batches, result.sent_bytes, took, int(self.metrics.value("dyncc_collect_queue_depth")),
-        )  # fmt: skip
+        self.last_summary = (
+            f"poll {self.polls}: netns={len(result.namespaces)} seen={result.seen} exported={result.exported} "
+            f"filtered={filtered} errors={errors} batches={result.sent_batches} bytes={result.sent_bytes} "
+            f"took={took:.3f}s queue={int(self.metrics.value('dyncc_collect_queue_depth'))}"
+        )
+        if not self.cfg.once:  # a one-shot run logs it after the flush, with the outcome
+            log.info("%s", self.last_summary)
         return took
 
     def run(self) -> int:
@@ -126,6 +131,14 @@ class CollectLoop:
             log.info("stopping (%s): flushing the sink", self.stop.signal_name or "stop")
         undelivered = self.sink.close(cfg.flush_timeout)
         if undelivered:
-            log.error("%d batches were not delivered", undelivered)
+            reason = self.sink.last_error() if isinstance(self.sink, KafkaSink) else ""
+            log.error(
+                "%d batches were not delivered%s%s",
+                undelivered,
+                f" ({reason})" if reason else "",
+                f"; {self.last_summary}" if cfg.once and self.last_summary else "",
+            )
             return 1
+        if cfg.once and self.last_summary:
+            log.info("%s", self.last_summary)
         return 0

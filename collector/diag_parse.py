@@ -67,7 +67,7 @@ ERROR_KINDS = (
     "pid_mismatch",
     "dump_interrupted",  # NLM_F_DUMP_INTR: the socket tables changed during the dump
     "bad_family",
-    "bad_attribute",  # nla_len < 4 or past the message end
+    "bad_attribute",  # nla_len < 4, past the message end, or a header cut short
     "too_many_attributes",
     "missing_tcp_info",
     "short_bbr_info",
@@ -381,6 +381,8 @@ def _attr_layout(u32: np.ndarray, off: int, length: int) -> list[tuple[int, int]
             return None
         layout.append((rel, word))
         rel += (nla_len + 3) & ~3
+    if 0 < length - rel < 4:
+        return None  # an attribute header cut short: left to the walk, which counts it
     return layout
 
 
@@ -514,6 +516,10 @@ def parse_messages(
         active = active[nxt + 4 <= end[active]]
     if active.size:
         errors["too_many_attributes"] += int(active.size)
+    left = end[todo] - cur[todo]  # 1-3 bytes after the chain: a header cut short (kernel chains end exactly)
+    cut_short = (left > 0) & (left < 4)
+    if cut_short.any():
+        errors["bad_attribute"] += int(np.count_nonzero(cut_short))
 
     cols: dict[str, np.ndarray] = {}
     family = hdr["family"].astype(np.uint32)

@@ -3,6 +3,13 @@
 The client of a socket is its remote address.  IPv4 and IPv4-mapped IPv6
 (::ffff:a.b.c.d) addresses get the IPv4 prefix length (default /24) and stay
 in mapped form; other IPv6 addresses get the IPv6 length (default /56).
+
+A prefix is one client network whichever socket family saw it: an IPv4 client
+on an IPv6 socket gets the same IPv4 prefix (printed '198.51.100.0/24') as on
+an IPv4 socket.  The socket family travels separately (tcpinfo `family`, 2 or
+10); the prefix's own family is prefix_family() of its text (the SQL uses the
+same rule), and mapped_to_ipv4() turns '::ffff:198.51.100.0/120' typed by a
+person into that IPv4 prefix.
 """
 
 from __future__ import annotations
@@ -101,3 +108,30 @@ def in_networks(addr16: np.ndarray, nets: list[tuple[bytes, int]]) -> np.ndarray
             (lo & np.uint64(mask_lo)) == np.uint64(net_lo & mask_lo)
         )
     return hit
+
+
+AF_INET = 2
+AF_INET6 = 10
+
+
+def prefix_family(prefix: str) -> int:
+    """The family of a prefix string: AF_INET6 (10) when it contains ':', else AF_INET (2)."""
+    return AF_INET6 if ":" in prefix else AF_INET
+
+
+def mapped_to_ipv4(prefix: str) -> str:
+    """'::ffff:198.51.100.0/120' -> '198.51.100.0/120' - 96 bits; anything else unchanged.
+
+    Only canonical IPv4-mapped IPv6 networks of at least 96 bits are rewritten;
+    text that is not such a network is returned as given (validation is the
+    caller's business).
+    """
+    try:
+        net = ipaddress.ip_network(prefix.strip())
+    except ValueError:
+        return prefix
+    if isinstance(net, ipaddress.IPv6Network) and net.prefixlen >= 96:
+        mapped = net.network_address.ipv4_mapped
+        if mapped is not None:
+            return str(ipaddress.IPv4Network((mapped, net.prefixlen - 96)))
+    return prefix

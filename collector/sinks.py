@@ -12,6 +12,10 @@ the queue would exceed its byte bound the oldest whole poll is dropped and
 counted (if the poll being sent is the only one left, the rest of it is
 dropped), so memory stays bounded during a long broker outage while nothing
 accepted is lost.  Delivery failures are counted by the delivery callback.
+librdkafka's log lines and errors and the delivery failures go through a
+rate-limited KafkaLog (collector/kafka_log.py): during a broker outage about
+one line per `log_interval`; with quiet=True (one-shot runs) none at all, and
+last_error() gives the reason for the caller's single closing line.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from collector.collect_metrics import CollectMetrics
+from collector.kafka_log import KafkaLog
 
 log = logging.getLogger("dyncc.collect")
 _LEN = struct.Struct(">I")
@@ -92,9 +97,13 @@ class KafkaSink(_PollSink):
         linger_ms: int = 50,
         message_timeout_ms: int = 300_000,
         extra: dict[str, Any] | None = None,
+        quiet: bool = False,
+        log_interval: float = 10.0,
     ) -> None:
         from collector.kafka_client import producer_class
 
+        self.brokers = brokers
+        self.kafka_log = KafkaLog(logging.getLogger("dyncc.kafka"), interval=log_interval, quiet=quiet)
         conf: dict[str, Any] = {
             "bootstrap.servers": brokers,
             "enable.idempotence": True,
@@ -107,8 +116,10 @@ class KafkaSink(_PollSink):
             "queue.buffering.max.kbytes": 64 << 10,  # >= one 100k-socket poll (~43 MB), or produce() blocks
             "queue.buffering.max.messages": 100_000,
             "client.id": f"dyncc-collect-{key}",
-            # librdkafka's own messages go through logging (served by poll()), not raw stderr
-            "logger": logging.getLogger("dyncc.kafka"),
+            # librdkafka's own messages and errors go through a rate-limited logger (served by
+            # poll()), not raw stderr: a broker outage is about one line per log_interval
+            "logger": self.kafka_log,
+            "error_cb": self.kafka_log.error,
         }
         conf.update(extra or {})
         self.producer = producer_class()(conf)
@@ -128,7 +139,7 @@ class KafkaSink(_PollSink):
         if err is not None:
             self.failures += 1
             self.metrics.delivery_failures.inc()
-            log.warning("kafka delivery failed: %s", err)
+            self.kafka_log.note(logging.WARNING, "delivery", f"kafka delivery failed: {err}")
         else:
             self.delivered += 1
             self.metrics.delivered.inc()
@@ -200,6 +211,7 @@ class KafkaSink(_PollSink):
     def service(self, timeout: float = 0.0) -> None:
         self._pump()
         self.producer.poll(timeout)
+        self.kafka_log.tick()
 
     def close(self, timeout: float) -> int:
         """Hand over everything queued and wait for delivery; returns batches not delivered."""
@@ -211,7 +223,12 @@ class KafkaSink(_PollSink):
         left = self.producer.flush(max(deadline - time.monotonic(), 0.0))
         unsent = sum(len(p.batches) - p.next for p in self.queue)
         self._gauges()
+        self.kafka_log.flush()
         return int(left) + unsent + self.failures
+
+    def last_error(self) -> str:
+        """Why delivery failed, for the caller's closing error line."""
+        return f"Kafka {self.brokers}: {self.kafka_log.last_error or 'not acknowledged in time'}"
 
 
 # ------------------------------------------------------------------ file

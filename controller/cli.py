@@ -5,8 +5,9 @@ Each subcommand lives in its own module exposing
     run(args: argparse.Namespace) -> int
 and is imported only when used, so `dyncc collect` never loads chDB or pandas.
 Subcommands without a config file of their own get `--config FILE.toml`
-(controller/cli_config.py).  ConfigError and StoreError end the command with a
-one-line reason and exit 2.
+(controller/cli_config.py).  Every bad command line ends with one line on
+stderr and exit 2: ConfigError and StoreError from a command, and argparse's
+own errors (OneLineParser prints the reason without the usage block).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from collector.daemon import ConfigError
 from controller.store_errors import StoreError  # not controller.store: that imports numpy
@@ -32,9 +34,18 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (exit 2), with a pointer to --help.
+
+    Sub-parsers (`dyncc control kill-switch`, ...) inherit the class."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
 def _top_parser() -> argparse.ArgumentParser:
     lines = "\n".join(f"  {name:<9} {desc}" for name, (_, desc) in SUBCOMMANDS.items())
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="dyncc",
         description="Dynamic per-prefix congestion control (BBR vs CUBIC) for CDN edges.",
         epilog=f"subcommands:\n{lines}\n\nRun 'dyncc SUBCOMMAND --help' for its options.",
@@ -46,9 +57,11 @@ def _top_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help"):
+    if not args:
+        _top_parser().error(f"no subcommand given: one of {', '.join(SUBCOMMANDS)}")
+    if args[0] in ("-h", "--help"):
         _top_parser().print_help()
-        return 0 if args else 2
+        return 0
     name = args[0]
     if name not in SUBCOMMANDS:
         _top_parser().error(f"unknown subcommand {name!r}")
@@ -63,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # and ~0.1 s of CPU next to a one-shot collector's dump).  Set before any module imports numpy.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     module = importlib.import_module(module_name)
-    parser = argparse.ArgumentParser(prog=f"dyncc {name}", description=desc)
+    parser = OneLineParser(prog=f"dyncc {name}", description=desc)
     module.configure(parser)
     try:
         if not any("--config" in action.option_strings for action in parser._actions):

@@ -42,6 +42,7 @@ be client prefixes.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from collections import Counter
@@ -87,6 +88,14 @@ class ValidationPolicy:
     def denied_ranges(self) -> tuple[IPNetwork, ...]:
         return BUILTIN_DENY + self.deny
 
+    @functools.cached_property
+    def denied_intervals(self) -> dict[int, tuple[tuple[int, int, IPNetwork], ...]]:
+        """IP version -> (first, last address as int, range) of every denied range."""
+        out: dict[int, list[tuple[int, int, IPNetwork]]] = {4: [], 6: []}
+        for net in self.denied_ranges():
+            out[net.version].append((int(net.network_address), int(net.broadcast_address), net))
+        return {version: tuple(ranges) for version, ranges in out.items()}
+
     def change_limit(self, previous_count: int) -> int:
         return int(self.max_change_fraction * max(previous_count, self.change_floor))
 
@@ -119,41 +128,49 @@ def parse_deny(cidrs: Iterable[str]) -> tuple[IPNetwork, ...]:
     return tuple(out)
 
 
-def _overlapping(net: IPNetwork, ranges: Sequence[IPNetwork]) -> IPNetwork | None:
-    for deny in ranges:
-        if deny.version == net.version and net.overlaps(deny):
+def _overlapping(net: IPNetwork, policy: ValidationPolicy) -> IPNetwork | None:
+    """The first denied range sharing an address with `net` (either inside the other), or None."""
+    lo, hi = int(net.network_address), int(net.broadcast_address)
+    for first, last, deny in policy.denied_intervals[net.version]:  # = net.overlaps(deny), faster
+        if first <= hi and lo <= last:
             return deny
     return None
 
 
-def _check_prefix(entry: PrefixEntry, policy: ValidationPolicy, deny: Sequence[IPNetwork], reasons: _Reasons) -> None:
-    text = entry.prefix
+def prefix_problem(text: str, policy: ValidationPolicy) -> tuple[str, str] | None:
+    """Why validation refuses the prefix `text` as (code, detail), or None when it may be published.
+
+    The one per-prefix rule: `validate` applies it to every entry of a config, and the
+    controller applies it before a config is built (controller/scoring_decide.py) so a
+    refused prefix is dropped with its reason instead of rejecting the POP's whole config.
+    """
     try:
         net = ipaddress.ip_network(text, strict=True)
     except ValueError as exc:
         try:
             loose = ipaddress.ip_network(text, strict=False)
         except ValueError:
-            reasons.add("invalid_prefix", f"{text!r} is not an IP network ({exc})")
-            return
-        reasons.add("not_canonical", f"{text!r} has host bits set (canonical {loose})")
-        return
+            return "invalid_prefix", f"{text!r} is not an IP network ({exc})"
+        return "not_canonical", f"{text!r} has host bits set (canonical {loose})"
     if str(net) != text:
-        reasons.add("not_canonical", f"{text!r} is not canonical (canonical {net})")
-        return
+        return "not_canonical", f"{text!r} is not canonical (canonical {net})"
     if net.prefixlen == 0:
-        reasons.add("default_route", f"{text} is a default route")
-        return
+        return "default_route", f"{text} is a default route"
     if net.prefixlen == net.max_prefixlen:
-        reasons.add("host_route", f"{text} is a host route")
-        return
+        return "host_route", f"{text} is a host route"
     want = policy.v4_length if net.version == 4 else policy.v6_length
     if net.prefixlen != want:
-        reasons.add("bad_length", f"{text} is /{net.prefixlen}, IPv{net.version} prefixes must be /{want}")
-        return
-    hit = _overlapping(net, deny)
+        return "bad_length", f"{text} is /{net.prefixlen}, IPv{net.version} prefixes must be /{want}"
+    hit = _overlapping(net, policy)
     if hit is not None:
-        reasons.add("denied", f"{text} overlaps denied range {hit}")
+        return "denied", f"{text} overlaps denied range {hit}"
+    return None
+
+
+def _check_prefix(entry: PrefixEntry, policy: ValidationPolicy, reasons: _Reasons) -> None:
+    problem = prefix_problem(entry.prefix, policy)
+    if problem is not None:
+        reasons.add(*problem)
 
 
 def validate(
@@ -181,7 +198,6 @@ def validate(
     if config.kill_switch and len(config.entries):
         reasons.add("kill_switch_with_entries", f"kill-switch config has {len(config.entries)} entries")
 
-    deny = policy.denied_ranges()
     counts = Counter(e.prefix for e in config.entries)
     for prefix, n in counts.items():
         if n > 1:
@@ -191,7 +207,7 @@ def validate(
         if entry.prefix in seen:
             continue
         seen.add(entry.prefix)
-        _check_prefix(entry, policy, deny, reasons)
+        _check_prefix(entry, policy, reasons)
 
     algorithms = Counter(e.algorithm for e in config.entries)
     for algorithm, n in sorted(algorithms.items()):

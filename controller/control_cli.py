@@ -7,8 +7,13 @@
 Rounds run on an APScheduler interval aligned to `--every` boundaries (plus
 `--delay` for late data), one at a time, missed runs coalesced.  Each round
 logs one line, updates Prometheus metrics, writes `selections` and hands the
-per-POP DesiredState to the publisher (not with --dry-run).  The rollout
-actions (keygen, rollout, kill-switch) come from controller/rollout_actions.py.
+per-POP DesiredState to the publisher (not with --dry-run), whose outcome per
+POP is recorded in `round_outcomes`; the next round starts from the latest
+round in force (controller/scoring_state.py).  Every option is checked before
+the store is opened (`check_options`, ConfigError: one line, exit 2);
+`--once` exits 1 when a POP's config was rejected or could not be published.
+The rollout actions (keygen, rollout, kill-switch) come from
+controller/rollout_actions.py.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from collector.daemon import ConfigError, StopFlag, parse_duration, setup_loggin
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Gauge
 
+    from controller.config_validate import ValidationPolicy
+    from controller.desired_state import PublishOutcome
     from controller.scoring_config import ScoringConfig
     from controller.scoring_round import RoundResult
     from controller.store import Store
@@ -53,7 +60,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     _add_common(parser, suppress=False)
     parser.add_argument("--every", default=None, help="round interval (default: the bucket, 5m)")
     parser.add_argument("--delay", default=None, help="start rounds this long after a boundary (default 30s)")
-    parser.add_argument("--once", action="store_true", help="run one round now and exit")
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="run one round now and exit (1 when a POP's config was rejected or not published)",
+    )
     parser.add_argument("--pop", default="", help="only this POP (default: every POP)")
     parser.add_argument("--dry-run", action="store_true", help="decide and print; write and publish nothing")
     parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
@@ -167,6 +178,9 @@ class Metrics:
         self.holdout = per_pop("dyncc_control_prefixes_holdout", "holdout prefixes last round")
         self.new_total = Counter("dyncc_control_selected", "prefixes newly selected", ["pop"], registry=r)
         self.reverted_total = Counter("dyncc_control_reverted", "prefixes reverted", ["pop"], registry=r)
+        self.outcomes = Counter(
+            "dyncc_control_round_outcomes", "per POP and round: what became of the decisions", ["status"], registry=r
+        )
 
     def observe(self, result: RoundResult) -> None:
         self.rounds.labels("ok").inc()
@@ -191,9 +205,25 @@ def round_line(result: RoundResult, dry_run: bool) -> str:
         f"round {result.round_id}{' (dry run)' if dry_run else ''}: window {result.window.start:%H:%M}-"
         f"{result.window.end:%H:%M} UTC, {len(s)} POPs, scored {sum(x.scored for x in s)}, "
         f"on BBR {sum(x.selected for x in s)} (+{sum(x.new for x in s)} new, "
-        f"{sum(x.reverted for x in s)} reverted), holdout {sum(x.holdout for x in s)}{holdout_change}, "
-        f"{result.seconds:.2f}s [{timing}]"
+        f"{sum(x.reverted for x in s)} reverted), holdout {sum(x.holdout for x in s)}{holdout_change}"
+        f"{_outcome_text(result)}, {result.seconds:.2f}s [{timing}]"
     )
+
+
+def _outcome_text(result: RoundResult) -> str:
+    """', configs: 1 published, 1 rejected (lax: over_cap: ...)' — or '' before publishing."""
+    from collections import Counter
+
+    from controller.desired_state import NOT_PUBLISHED
+
+    if not result.outcomes:
+        return ""
+    counts = Counter(o.status for o in result.outcomes.values())
+    text = ", configs: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    failed = [o for _, o in sorted(result.outcomes.items()) if o.status in NOT_PUBLISHED]
+    if failed:
+        text += f" ({failed[0].pop}: {failed[0].reason[:160]})"
+    return text
 
 
 class Controller:
@@ -214,6 +244,9 @@ class Controller:
         # The publisher's counters go on the controller's registry (one /metrics endpoint).
         args.metrics_registry = metrics.registry
         self.expire_seconds = int(parse_duration(args.expire, "expire"))
+        from controller.scoring_round import refusal
+
+        self.refuse = refusal(publisher.validation_policy(args))  # validation's per-prefix rule, cached
 
     def round(self, now: dt.datetime | None = None) -> RoundResult | None:
         from controller.scoring_round import run_round
@@ -227,20 +260,38 @@ class Controller:
                 pop=self.args.pop,
                 dry_run=self.args.dry_run,
                 expire_seconds=self.expire_seconds,
+                publishing=self.publisher is not None,
+                refuse=self.refuse,
             )
         except StoreError as exc:
             self.metrics.rounds.labels("error").inc()
             log.error("round failed: %s", exc)
             return None
         self.metrics.observe(result)
-        log.info("%s", round_line(result, self.args.dry_run))
         if self.publisher is not None:  # also with no states: rollouts in flight advance
             try:
-                self.publisher.publish_round(self.store, result.states, self.args)
+                result.outcomes = self.publisher.publish_round(self.store, result.states, self.args)
             except Exception as exc:  # the next round retries; never kill the loop
                 self.metrics.rounds.labels("publish_error").inc()
                 log.error("publishing round %s failed: %s", result.round_id, exc)
+                result.outcomes = self._failed(result, str(exc))
+        for outcome in result.outcomes.values():
+            self.metrics.outcomes.labels(outcome.status).inc()
+        log.info("%s", round_line(result, self.args.dry_run))
         return result
+
+    def _failed(self, result: RoundResult, why: str) -> dict[str, PublishOutcome]:
+        """Every POP of the round not published (recorded as such when the store allows)."""
+        from controller.desired_state import PUBLISH_FAILED, PublishOutcome
+        from controller.scoring_state import write_outcomes
+        from controller.store import StoreError
+
+        outcomes = {s.pop: PublishOutcome(s.pop, PUBLISH_FAILED, reason=why) for s in result.states}
+        try:
+            write_outcomes(self.store, [(s, outcomes[s.pop]) for s in result.states])
+        except StoreError as exc:
+            log.error("round %s: outcome not recorded: %s", result.round_id, exc)
+        return outcomes
 
 
 def next_boundary(now: dt.datetime, every: float, delay: float) -> dt.datetime:
@@ -256,6 +307,20 @@ def _print_decisions(result: RoundResult) -> None:
         print(f"{row['pop']}\t{row['prefix']}\t{row['decision']}\t{row['reason']}")
 
 
+def _check_pop_and_prefix(args: argparse.Namespace) -> None:
+    """--pop, explain's --prefix and --at, checked before the store is opened (ConfigError)."""
+    from collector.names import check_pop
+
+    explaining = getattr(args, "action", None) == "explain"
+    if args.pop or explaining:
+        check_pop(args.pop)
+    if explaining:
+        from controller.explain import check_prefix
+
+        args.prefix = check_prefix(args.prefix)
+    _round_time(args)
+
+
 def run(args: argparse.Namespace) -> int:
     action = getattr(args, "action", None)
     if action not in (None, "explain"):
@@ -269,6 +334,9 @@ def run(args: argparse.Namespace) -> int:
     if not args.clickhouse:
         raise ConfigError("--clickhouse URL is required")
     cfg = scoring_config(args)
+    _check_pop_and_prefix(args)
+    if action is None:
+        check_options(args, cfg)
     from controller.store import open_store
 
     store = open_store(args.clickhouse)
@@ -276,6 +344,10 @@ def run(args: argparse.Namespace) -> int:
         for table in ("selections", "scoring_buckets", "tcpinfo_5m"):
             if not int(store.query_rows(f"EXISTS TABLE {table}")[0][0]):
                 raise ConfigError(f"table {table} missing in {store.url.redacted()}: run 'dyncc schema apply' first")
+        if args.pop:  # a POP with no telemetry and no published config is a typo, not "nothing to do"
+            from controller.known_pops import require_known_pops
+
+            require_known_pops(store, [args.pop])
         if action == "explain":
             from controller.explain import explain
 
@@ -290,18 +362,51 @@ def _control(store: Store, cfg: ScoringConfig, args: argparse.Namespace) -> int:
     metrics = Metrics()
     controller = Controller(store, cfg, args, metrics)
     if args.once:
+        from controller.desired_state import NOT_PUBLISHED
+
         result = controller.round(_round_time(args))
         if result is None:
             return 1
         if args.dry_run:
             _print_decisions(result)
+        failed = sorted(pop for pop, o in result.outcomes.items() if o.status in NOT_PUBLISHED)
+        if failed:
+            log.error("round %s: not published for %s", result.round_id, ", ".join(failed))
+            return 1
         return 0
+    every, delay = _every_delay(args, cfg)
+    start_metrics(args.metrics_port, metrics.registry)
+    return schedule(controller, every, delay)
+
+
+def _every_delay(args: argparse.Namespace, cfg: ScoringConfig) -> tuple[float, float]:
     every = parse_duration(args.every, "every") if args.every else float(cfg.bucket_seconds)
     delay = parse_duration(args.delay, "delay") if args.delay else min(30.0, cfg.bucket_seconds / 10)
     if every <= 0 or delay >= every:
         raise ConfigError("--every must be positive and longer than --delay")
-    start_metrics(args.metrics_port, metrics.registry)
-    return schedule(controller, every, delay)
+    return every, delay
+
+
+def check_options(args: argparse.Namespace, cfg: ScoringConfig) -> ValidationPolicy:
+    """Every option of a scoring round, checked before the store is opened (ConfigError, one line):
+    validation and rollout settings, caps that validation would always refuse, the schedule,
+    and — when publishing — the key, the destination and the topics."""
+    from controller import publisher
+
+    policy = publisher.validation_policy(args)
+    publisher.rollout_settings(args)
+    conflicts = publisher.cap_conflicts(policy, cfg)
+    if conflicts:
+        raise ConfigError("; ".join(conflicts))
+    parse_duration(args.expire, "expire")
+    _every_delay(args, cfg)
+    if not 0 <= args.metrics_port <= 65535:
+        raise ConfigError(f"--metrics-port {args.metrics_port} must be 0..65535")
+    if not args.dry_run and (getattr(args, "kafka", None) or getattr(args, "publish_dir", None)):
+        from controller.rollout_actions import check_publish_options
+
+        check_publish_options(args)
+    return policy
 
 
 def schedule(controller: Controller, every: float, delay: float, stop: StopFlag | None = None) -> int:

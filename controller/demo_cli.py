@@ -5,7 +5,8 @@ routes on the lab edge, then the HTML report built from that run's telemetry
 replayed on a 5-minute time base (each 20 s round becomes one 5-minute bucket).
 Without root (or with --replay): says why in one line, replays the recorded lab
 telemetry committed in demo/ through the ingest writer, runs the scoring rounds
-and writes the report.  Ends with a summary and the report's path.
+and writes the report.  Ends with a summary and the report's path.  Every option
+is checked (one line, exit 2) before a directory is made or a lab is built.
 """
 
 from __future__ import annotations
@@ -35,9 +36,30 @@ def configure(parser: argparse.ArgumentParser) -> None:
     a("-v", "--verbose", action="store_true")
 
 
+def check_args(args: argparse.Namespace) -> float:
+    """The live lab's duration in seconds; ConfigError for any bad option (nothing is created)."""
+    duration = parse_duration(args.duration, "--duration")
+    if args.round_seconds < 2:
+        raise ConfigError(f"bad --round-seconds {args.round_seconds}: at least 2")
+    if duration < 3 * args.round_seconds:
+        raise ConfigError("--duration must cover at least 3 rounds")
+    if args.recording is not None and not Path(args.recording).is_file():
+        raise ConfigError(f"--recording {args.recording}: no such file")
+    if args.workdir is not None and Path(args.workdir).exists() and not Path(args.workdir).is_dir():
+        raise ConfigError(f"bad --workdir {args.workdir}: not a directory")
+    if args.output is not None:
+        from controller.report_cli import check_output
+
+        check_output(str(args.output))
+    return duration
+
+
 def _workdir(args: argparse.Namespace) -> Path:
     if args.workdir:
-        args.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            args.workdir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create --workdir {args.workdir}: {exc.strerror or exc}") from exc
         return Path(args.workdir).resolve()
     return Path(tempfile.mkdtemp(prefix="dyncc-demo-"))
 
@@ -59,6 +81,7 @@ def why_replay(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
+    duration = check_args(args)
     workdir = _workdir(args)
     report_path = args.output or workdir / "dyncc-demo-report.html"
     reason = why_replay(args)
@@ -66,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         recording = args.recording or _default_recording()
         print(f"dyncc demo: {reason}; replaying recorded lab telemetry from {recording}", flush=True)
         return _replay_demo(recording, workdir, report_path)
-    return _live_demo(args, workdir, report_path)
+    return _live_demo(args, duration, workdir, report_path)
 
 
 def _default_recording() -> Path:
@@ -92,14 +115,18 @@ def _replay_into(recording: Path, workdir: Path, database: str) -> tuple[Any, An
         raise ConfigError(str(exc)) from exc
     if not records:
         raise ConfigError(f"recording {recording} holds no telemetry")
+    try:
+        scoring = lab_scoring_config(
+            300,
+            int(meta["lookback_buckets"]),
+            int(meta["min_buckets"]),
+            float(meta["threshold_quantile"]),
+            float(meta.get("holdout_fraction", 0.0)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        why = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ConfigError(f"recording {recording}: bad metadata ({why})") from exc
     store = open_lab_store(_chdb_url(workdir, database))
-    scoring = lab_scoring_config(
-        300,
-        int(meta["lookback_buckets"]),
-        int(meta["min_buckets"]),
-        float(meta["threshold_quantile"]),
-        float(meta.get("holdout_fraction", 0.0)),
-    )
     control = LabControl(store, pop=str(meta.get("pop", "lab")), scoring=scoring, workdir=workdir / database)
     result = replay(store, records, meta, control)
     return store, result, meta
@@ -145,13 +172,10 @@ def _replay_demo(recording: Path, workdir: Path, report_path: Path) -> int:
     return 0
 
 
-def _live_demo(args: argparse.Namespace, workdir: Path, report_path: Path) -> int:
+def _live_demo(args: argparse.Namespace, duration: float, workdir: Path, report_path: Path) -> int:
     from controller.lab_loop import LabOptions
     from controller.lab_run import run_lab
 
-    duration = parse_duration(args.duration, "--duration")
-    if args.round_seconds < 2 or duration < 3 * args.round_seconds:
-        raise ConfigError("--duration must cover at least 3 rounds")
     recording = workdir / "lab-telemetry.bin.gz"
     rounds = int(duration // args.round_seconds)
     opts = LabOptions(

@@ -3,14 +3,18 @@
 Prints the prefix's bucket timeline (statistic, POP threshold, bad/good), its
 scores against the candidate rules, the decision a round would make now (a dry
 run: nothing is written), and the last decision recorded in `selections`.
+`check_prefix` validates the --prefix argument (before the store is opened).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import math
 from typing import TYPE_CHECKING, Any
 
+from collector.daemon import ConfigError
+from collector.prefixes import mapped_to_ipv4
 from controller.scoring_config import ScoringConfig
 from controller.scoring_query import epoch_seconds, prefix_timeline, refresh, window_for
 from controller.scoring_round import run_round
@@ -19,6 +23,24 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from controller.store import Store
+
+
+def check_prefix(text: str) -> str:
+    """The canonical form of a client prefix ('203.0.113.0/24', '2001:db8:0:100::/56');
+    ConfigError when it is not one (no length, not an address, host bits set)."""
+    value = text.strip()
+    example = "e.g. 203.0.113.0/24 or 2001:db8:0:100::/56"
+    if "/" not in value:
+        raise ConfigError(f"bad --prefix {text!r}: give a prefix with its length, {example}")
+    try:
+        net = ipaddress.ip_network(value)
+    except ValueError:
+        try:
+            wider = ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ConfigError(f"bad --prefix {text!r}: not an IP prefix, {example}") from None
+        raise ConfigError(f"bad --prefix {text!r}: host bits set, did you mean {wider}?") from None
+    return str(net)
 
 
 def _rate(bytes_per_s: Any) -> str:
@@ -61,6 +83,7 @@ def _as_datetime(value: Any) -> dt.datetime:
 
 def explain(store: Store, cfg: ScoringConfig, pop: str, prefix: str, now: dt.datetime) -> str:
     """The explanation text for one (pop, prefix) at `now`."""
+    prefix = mapped_to_ipv4(prefix)  # an IPv4 client on IPv6 sockets is its IPv4 prefix
     window = window_for(now, cfg)
     source = "rollup tcpinfo_5m" if cfg.uses_rollup else f"raw tcpinfo, bytes_acked > {cfg.min_bytes}"
     out = [

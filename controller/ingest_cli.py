@@ -57,6 +57,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "committed in order)",
     )
     a("--backoff-max", default="30s", help="cap of the retry backoff while the store is down (default 30s)")
+    a(
+        "--connect-timeout",
+        default="30s",
+        help="at start, give up (exit 2) when no Kafka broker answers within this time (default 30s; 0 = wait "
+        "forever); later broker outages are ridden out",
+    )
     a("--no-migrate", action="store_true", help="do not apply schema migrations at start")
     a("--metrics-port", type=int, default=9311, help="Prometheus metrics port (0 = off, default 9311)")
     a("-v", "--verbose", action="store_true", help="debug logging")
@@ -71,6 +77,13 @@ def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
     if bool(args.kafka) == bool(args.from_file):
         raise ConfigError("give either --kafka BROKERS or --from-file PATH")
+    if args.kafka:
+        from collector.names import check_brokers, check_topic
+
+        check_brokers(args.kafka, "--kafka")
+        check_topic(args.topic, "--topic")
+        if not args.group.strip():
+            raise ConfigError("--group must not be empty")
     for value, name in (
         (args.max_rows, "--max-rows"),
         (args.min_rows, "--min-rows"),
@@ -81,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"{name} must be positive, got {value}")
     max_wait = parse_duration(args.max_wait, "--max-wait")
     backoff_max = parse_duration(args.backoff_max, "--backoff-max")
+    connect_timeout = parse_duration(args.connect_timeout, "--connect-timeout")
     files = [Path(p) for p in args.from_file]
     for path in files:
         if not path.is_file():
@@ -97,6 +111,24 @@ def run(args: argparse.Namespace) -> int:
     gc.set_threshold(50_000, 20, 20)
     metrics = IngestMetrics()
     start_metrics(args.metrics_port, metrics.registry)
+    kafka_cfg = None
+    if args.kafka:
+        from controller.ingest_kafka import KafkaConfig, wait_for_brokers
+
+        kafka_cfg = KafkaConfig(
+            brokers=args.kafka,
+            topic=args.topic,
+            group=args.group,
+            max_rows=args.max_rows,
+            min_rows=min(args.min_rows, args.max_rows),
+            max_bytes=args.max_bytes,
+            max_wait=max_wait,
+            inserters=args.inserters,
+            drain=args.drain,
+            backoff_max=backoff_max,
+            connect_timeout=connect_timeout,
+        )
+        wait_for_brokers(kafka_cfg, metrics)  # before the store: an unreachable broker is one line, exit 2
     store = open_store(args.clickhouse)
     try:
         if not args.no_migrate:
@@ -112,20 +144,10 @@ def run(args: argparse.Namespace) -> int:
                     total = replay_file(writer, path, max_bytes=args.max_bytes)
                     log.info("replayed %s: %s", path, total.summary())
                 return 0
-            from controller.ingest_kafka import KafkaConfig, KafkaLoader
+            from controller.ingest_kafka import KafkaLoader
 
-            cfg = KafkaConfig(
-                brokers=args.kafka,
-                topic=args.topic,
-                group=args.group,
-                max_rows=args.max_rows,
-                min_rows=min(args.min_rows, args.max_rows),
-                max_bytes=args.max_bytes,
-                max_wait=max_wait,
-                inserters=args.inserters,
-                drain=args.drain,
-                backoff_max=backoff_max,
-            )
+            assert kafka_cfg is not None
+            cfg = kafka_cfg
             log.info("ingest %s topic %s group %s -> %s", args.kafka, args.topic, args.group, store.url.redacted())
             stop = StopFlag()
             with stop.installed():

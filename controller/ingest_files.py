@@ -4,7 +4,10 @@ Each record is a 4-byte big-endian length and that many bytes.  A length
 above 64 MiB or past the end of the file is damage: everything before it is
 loaded, the rest of the file is dead-lettered as one record (offset = byte
 position), and the replay goes on with the next file.  Dead letters name the
-file as topic, partition -1 and the record's byte offset.
+file as topic, partition -1 and the record's byte offset.  Records the
+writer refuses (undecodable, headers over their limits, data the store
+refuses) are dead-lettered the same way and every other record still lands;
+only a store that is unavailable stops a replay (StoreError).
 """
 
 from __future__ import annotations
@@ -47,16 +50,7 @@ def replay_file(writer: BatchWriter, path: Path, max_bytes: int = 32 << 20) -> F
         nonlocal size
         res = writer.flush(group)
         log.info("%s: %s", path, res.summary())
-        total.messages += res.messages
-        total.rows += res.rows
-        total.batches += res.batches
-        total.empty += res.empty
-        total.duplicates += res.duplicates
-        total.dead_letters += res.dead_letters
-        total.gaps += res.gaps
-        total.seconds += res.seconds
-        total.prepare_seconds += res.prepare_seconds
-        total.insert_seconds += res.insert_seconds
+        total.add(res)
         group.clear()
         size = 0
 

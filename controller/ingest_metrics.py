@@ -22,6 +22,11 @@ class IngestMetrics:
         self.missing = Counter(
             "dyncc_ingest_missing_batches", "Batches missing inside detected sequence gaps", registry=r
         )
+        self.filled = Counter(
+            "dyncc_ingest_filled_batches",
+            "Batches that arrived late inside a detected sequence gap (no longer missing)",
+            registry=r,
+        )
         self.insert_seconds = Histogram(
             "dyncc_ingest_insert_seconds",
             "Time of one flush's inserts (ledger lookups and writes included)",
@@ -30,8 +35,15 @@ class IngestMetrics:
         )
         self.lag = Gauge(
             "dyncc_ingest_consumer_lag",
-            "Messages behind the partition end",
+            "Messages not yet committed: high watermark - committed offset (low watermark if none)",
             ["topic", "partition"],
             registry=r,
         )
         self.paused = Gauge("dyncc_ingest_paused", "1 while consumption is paused (store unavailable)", registry=r)
+        self.kafka_errors = Counter(
+            "dyncc_ingest_kafka_errors",
+            "Kafka errors, by operation: client (broker connections, from librdkafka), consume, commit, "
+            "committed (reading the group's offsets), watermarks, metadata",
+            ["op"],
+            registry=r,
+        )

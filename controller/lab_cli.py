@@ -8,6 +8,7 @@
 
 Each round is one scoring bucket (`--round-seconds`, standing in for 5 minutes); the
 lookback and the minimum of counted buckets are given in buckets.  Needs root.
+Every option is validated (one line, exit 2) before anything is built.
 Topology: controller/lab_topology.py; orchestration: controller/lab_loop.py.
 """
 
@@ -103,6 +104,7 @@ def cleanup() -> int:
 
 def options_from_args(args: argparse.Namespace) -> LabOptions:
     from controller.lab_loop import LabOptions
+    from controller.lab_run import check_options
     from controller.lab_topology import Shaping
 
     if args.round_seconds < 2:
@@ -128,7 +130,13 @@ def options_from_args(args: argparse.Namespace) -> LabOptions:
     if run_id is not None and (not run_id.isalnum() or len(run_id) > 8):
         raise ConfigError("--run-id: 1-8 letters or digits")
     extra = {"run_id": run_id} if run_id else {}
-    return LabOptions(
+    if args.store:
+        from controller.store import parse_store_url
+
+        parse_store_url(str(args.store))  # StoreError: one line, exit 2
+    elif args.store_dir is not None and Path(args.store_dir).exists() and not Path(args.store_dir).is_dir():
+        raise ConfigError(f"bad --store-dir {args.store_dir}: not a directory")
+    opts = LabOptions(
         round_seconds=args.round_seconds,
         rounds=args.rounds,
         duration=duration,
@@ -146,6 +154,8 @@ def options_from_args(args: argparse.Namespace) -> LabOptions:
         shaping=Shaping(rate=args.rate),
         **extra,
     )
+    check_options(opts)
+    return opts
 
 
 def store_url(args: argparse.Namespace, workdir: Path) -> str:
@@ -157,10 +167,10 @@ def store_url(args: argparse.Namespace, workdir: Path) -> str:
 
 def run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
+    opts = options_from_args(args)  # every option, before anything is built
     if args.cleanup:
         return cleanup()
     require_lab_host()
-    opts = options_from_args(args)
     workdir = Path(tempfile.mkdtemp(prefix="dyncc-lab-"))
     from controller.lab_run import run_lab
 

@@ -4,17 +4,22 @@
 The summary answers what a person watching the lab wants to know: which prefixes
 were selected and in which round, which owned routes the edge holds at the end,
 and the bbr share of new sockets from routed prefixes against the others.
+`check_options` validates LabOptions (ConfigError, one line) before anything is
+built; run_lab calls it first.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from collector.daemon import StopFlag
+from collector.daemon import ConfigError, StopFlag
+from collector.names import check_brokers, check_pop
 from controller.lab_loop import Lab, LabOptions, LabResult
 from controller.migrate import apply_migrations
 from controller.store import Store, open_store
@@ -85,6 +90,29 @@ def _routes_before(result: LabResult, round_no: int) -> dict[str, str]:
     return {}
 
 
+# tc(8) rates: bits (bit, kbit, mbit, gbit, tbit, IEC kibit...) or bytes (bps, kbps, ...) per second
+_TC_RATE = re.compile(r"^(\d+(?:\.\d+)?)(?:[kmgt]i?)?(?:bit|bps)$|^(\d+)$", re.IGNORECASE)
+
+
+def check_options(opts: LabOptions) -> None:
+    """ConfigError (one line) for options the lab would only trip over after building namespaces."""
+    rate = opts.shaping.rate
+    match = _TC_RATE.match(rate)
+    if not match or float(match.group(1) or match.group(2)) <= 0:
+        raise ConfigError(f"bad --rate {rate!r}: a tc rate such as 4mbit, 500kbit or 1gbit")
+    check_pop(opts.pop)
+    if opts.kafka is not None:
+        check_brokers(opts.kafka, "--kafka")
+    if not opts.run_id.isalnum() or len(opts.run_id) > 8:
+        raise ConfigError(f"bad --run-id {opts.run_id!r}: 1-8 letters or digits")
+    if opts.record is not None:
+        record = Path(opts.record)
+        if record.is_dir():
+            raise ConfigError(f"bad --record {record}: a directory, give a file name")
+        if not record.parent.is_dir() or not os.access(record.parent, os.W_OK | os.X_OK):
+            raise ConfigError(f"bad --record {record}: directory {record.parent} missing or not writable")
+
+
 def open_lab_store(url: str) -> Store:
     store = open_store(url)
     apply_migrations(store)
@@ -92,9 +120,10 @@ def open_lab_store(url: str) -> Store:
 
 
 def run_lab(opts: LabOptions, url: str, workdir: Path, stop: StopFlag, out: TextIO | None = None) -> LabSummary:
-    """Open the store, run the lab with Ctrl-C/SIGTERM handling, and summarise."""
+    """Check the options, open the store, run the lab with Ctrl-C/SIGTERM handling, and summarise."""
     from controller.lab_control import make_control_factory
 
+    check_options(opts)
     store = open_lab_store(url)
     log.info("lab store %s", store.url.redacted())
     lab = Lab(opts, store, make_control_factory(workdir), out=out)

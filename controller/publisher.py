@@ -1,8 +1,13 @@
 """`dyncc control` publishing: options, and one publish round for the scoring loop.
 
     add_publish_options(parser)            the publishing / validation / rollout options
+    validation_policy(args), rollout_settings(args)
+                                           the options parsed and checked (ConfigError, one line)
+    cap_conflicts(policy, scoring)         scoring caps that validation would always refuse
     publish_round(store, states, args)     per POP: generate, validate, sign, publish, record,
-                                           advance the staged rollout; ingest apply statuses first
+                                           advance the staged rollout; ingest apply statuses first;
+                                           returns (and records in round_outcomes) each POP's
+                                           PublishOutcome
 
 Configs go to Kafka (`--kafka`, compacted `--config-topic`, key "<pop>" for
 POP-wide configs and "<pop>/canary" for canary waves) or to files
@@ -33,11 +38,22 @@ from collector.daemon import ConfigError, parse_duration
 from controller.config_signing import Signer
 from controller.config_sinks import ConfigSink, DirConfigSink, KafkaConfigSink, PublishError
 from controller.config_validate import ValidationPolicy, parse_deny
-from controller.desired_state import DesiredState
+from controller.desired_state import (
+    HELD,
+    KILLED,
+    PUBLISH_FAILED,
+    PUBLISHED,
+    REJECTED,
+    UNCHANGED,
+    DesiredState,
+    PublishOutcome,
+)
 from controller.rollout_engine import RolloutEngine, RolloutSettings, StepCounters
-from controller.rollout_state import CANARY, REST, GateThresholds
+from controller.rollout_state import CANARY, IDLE, REST, GateThresholds, RolloutState
+from controller.rollout_state import KILLED as PHASE_KILLED
+from controller.scoring_config import ScoringConfig
 from controller.status_ingest import StatusIngestor
-from controller.store import Store
+from controller.store import Store, StoreError
 
 log = logging.getLogger("dyncc.publish")
 
@@ -266,24 +282,54 @@ def validation_policy(args: argparse.Namespace) -> ValidationPolicy:
         deny = parse_deny(opt(args, "deny"))
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    allowed = frozenset(a.strip() for a in str(opt(args, "allowed_algorithms")).split(",") if a.strip())
+    given = getattr(args, "allowed_algorithms", None)  # an explicit '' is an error, not the default
+    text = str(DEFAULTS["allowed_algorithms"] if given is None else given)
+    allowed = frozenset(a.strip() for a in text.split(",") if a.strip())
     if not allowed:
-        raise ConfigError("--allowed-algorithms is empty")
+        raise ConfigError("--allowed-algorithms is empty: name at least one, e.g. bbr,cubic")
     fraction = float(opt(args, "max_change_fraction"))
     if not 0 < fraction <= 1:
         raise ConfigError(f"--max-change-fraction {fraction} must be in (0, 1]")
     v4, v6 = int(opt(args, "v4_length")), int(opt(args, "v6_length"))
     if not (1 <= v4 <= 31 and 1 <= v6 <= 127):
         raise ConfigError("--v4-length must be 1..31 and --v6-length 1..127 (no default or host routes)")
+    cap, floor = int(opt(args, "max_per_pop")), int(opt(args, "change_floor"))
+    if cap < 1:
+        raise ConfigError(f"--max-per-pop {cap} must be at least 1 (the kill switch empties a POP)")
+    if floor < 0:
+        raise ConfigError(f"--change-floor {floor} must not be negative")
     return ValidationPolicy(
         v4_length=v4,
         v6_length=v6,
         deny=deny,
-        max_per_pop=int(opt(args, "max_per_pop")),
+        max_per_pop=cap,
         max_change_fraction=fraction,
-        change_floor=int(opt(args, "change_floor")),
+        change_floor=floor,
         allowed_algorithms=allowed,
     )
+
+
+def cap_conflicts(policy: ValidationPolicy, scoring: ScoringConfig) -> list[str]:
+    """Scoring settings that validation would refuse every time (empty = consistent).  Pure.
+
+    From an empty POP a round may change at most policy.change_limit(0) prefixes, so more
+    new selections per round than that would get the POP's first config rejected forever.
+    """
+    problems = []
+    limit = policy.change_limit(0)
+    if scoring.max_new_per_round > limit:
+        problems.append(
+            f"--max-new {scoring.max_new_per_round} is above the change limit {limit} "
+            f"(--max-change-fraction {policy.max_change_fraction:g} x --change-floor {policy.change_floor})"
+        )
+    if scoring.max_per_pop > policy.max_per_pop:
+        problems.append(
+            f"--max-bbr-per-pop {scoring.max_per_pop} is above the validation cap --max-per-pop {policy.max_per_pop}"
+        )
+    if scoring.algorithm not in policy.allowed_algorithms:
+        allowed = ",".join(sorted(policy.allowed_algorithms))
+        problems.append(f"--algorithm {scoring.algorithm!r} is not in --allowed-algorithms {allowed}")
+    return problems
 
 
 def rollout_settings(args: argparse.Namespace) -> RolloutSettings:
@@ -305,9 +351,17 @@ def rollout_settings(args: argparse.Namespace) -> RolloutSettings:
         inv_hosts, inv_canary = load_inventory(Path(opt(args, "inventory")))
         hosts, canary = _merge(hosts, inv_hosts), _merge(canary, inv_canary)
     staging = str(opt(args, "staging"))
+    if staging not in ("auto", "on", "off"):
+        raise ConfigError(f"--staging {staging!r} must be auto, on or off")
     fraction = float(opt(args, "canary_fraction"))
     if not 0 < fraction <= 1:
         raise ConfigError(f"--canary-fraction {fraction} must be in (0, 1]")
+    if not thresholds.max_load1 > 0:
+        raise ConfigError(f"--max-load {thresholds.max_load1} must be above 0")
+    if not 0 <= thresholds.max_p10_regression <= 1:
+        raise ConfigError(f"--max-p10-regression {thresholds.max_p10_regression} must be in [0, 1]")
+    if thresholds.min_samples < 1:
+        raise ConfigError(f"--min-samples {thresholds.min_samples} must be at least 1")
     return RolloutSettings(
         thresholds=thresholds,
         canary_fraction=fraction,
@@ -418,34 +472,77 @@ def _metrics(args: argparse.Namespace) -> _Metrics:
     return _METRICS[key]
 
 
-def publish_round(store: Store, states: list[DesiredState], args: argparse.Namespace) -> None:
+def publish_round(store: Store, states: list[DesiredState], args: argparse.Namespace) -> dict[str, PublishOutcome]:
     """Ingest statuses, then for each POP of `states` and each POP with a rollout in flight:
     generate, validate, sign, publish, record and advance the staged rollout.
 
-    A POP whose publish fails is logged and skipped (its state does not move); the others go on.
+    A POP whose publish fails (sink, signer or store error) is logged and skipped (its state
+    does not move); the others go on.
+    Returns the outcome of each POP of `states` and appends it to round_outcomes; a
+    ConfigError (no key, nowhere to publish) is raised before anything is recorded.
     """
     from controller import rollout_store as rs
+    from controller.scoring_state import write_outcomes
 
+    desired = {s.pop: s for s in states}
     try:
         engine = make_engine(store, args)
     except PublishError as exc:
         log.error("nothing published this round: %s", exc)
-        return
+        outcomes = {pop: PublishOutcome(pop, PUBLISH_FAILED, reason=str(exc)) for pop in desired}
+        write_outcomes(store, [(desired[pop], o) for pop, o in outcomes.items()])
+        return outcomes
     ingest_statuses(store, args)
-    desired = {s.pop: s for s in states}
     in_flight = [
         pop
         for pop in rs.rollout_pops(store)
         if pop not in desired and rs.load_state(store, pop).phase in (CANARY, REST)
     ]
     metrics = _metrics(args)
+    outcomes = {}
     for pop in sorted(desired) + in_flight:
         engine.counters = StepCounters()
+        since = engine.clock()
         try:
             state = engine.step(pop, desired.get(pop))
-        except PublishError as exc:
+            log.debug("%s: phase %s stable v%d wave v%d", pop, state.phase, state.stable_version, state.wave_version)
+            if pop in desired:
+                outcomes[pop] = _outcome(engine, desired[pop], state, since)
+        except (PublishError, StoreError) as exc:
             log.error("%s: not published this round: %s", pop, exc)
-            continue
+            if pop in desired:
+                outcomes[pop] = PublishOutcome(pop, PUBLISH_FAILED, reason=str(exc))
         finally:
             metrics.step(pop, engine.counters)
-        log.debug("%s: phase %s stable v%d wave v%d", pop, state.phase, state.stable_version, state.wave_version)
+    write_outcomes(store, [(desired[pop], o) for pop, o in sorted(outcomes.items())])
+    return outcomes
+
+
+def _outcome(engine: RolloutEngine, desired: DesiredState, state: RolloutState, since_ns: int) -> PublishOutcome:
+    """What the step did with the desired state: the config_versions row it wrote for the round
+    (published / rejected / publish_failed), else why nothing was generated."""
+    from controller.config_generate import fingerprint, generate
+
+    rows = engine.store.query_rows(
+        "SELECT status, version, reasons FROM config_versions "
+        "WHERE pop = %(pop)s AND round_id = %(round_id)s AND created_ns >= %(since)s "
+        "AND kind IN ('canary', 'full', 'candidate') ORDER BY created_ns DESC LIMIT 1",
+        {"pop": desired.pop, "round_id": desired.round_id, "since": since_ns},
+    )
+    if rows:
+        status, version, reasons = _text(rows[0][0]), int(rows[0][1]), [_text(r) for r in list(rows[0][2])]
+        if status in (PUBLISHED, REJECTED, PUBLISH_FAILED):
+            return PublishOutcome(desired.pop, status, version, "; ".join(reasons[:3]))
+    if state.phase == PHASE_KILLED:
+        return PublishOutcome(desired.pop, KILLED, state.stable_version, "kill switch engaged")
+    if state.phase != IDLE:
+        why = f"rollout of v{state.candidate_version} in flight ({state.phase})"
+        return PublishOutcome(desired.pop, HELD, state.stable_version, why)
+    fp = fingerprint(generate(desired, 0, created_at_ns=0, lock=engine.settings.lock).entries)
+    if fp == state.failed_fingerprint and since_ns - state.failed_at_ns < engine.settings.holddown_ns:
+        return PublishOutcome(desired.pop, HELD, state.stable_version, "held down after a rollback")
+    return PublishOutcome(desired.pop, UNCHANGED, state.stable_version)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,9 +1,16 @@
-"""`dyncc report`: write the self-contained HTML report for a store (see controller/report.py)."""
+"""`dyncc report`: write the self-contained HTML report for a store (see controller/report.py).
+
+Every option is checked before the store is opened (a bad time, bucket, POP name, an
+unreadable --asn-file or an unwritable --output is one line, exit 2); a --pop the store does
+not know (no telemetry, no published config) is exit 2 naming the known POPs.
+"""
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
+from pathlib import Path
 
 from collector.daemon import ConfigError, parse_duration
 
@@ -65,6 +72,19 @@ def resolve_window(since: str | None, until: str | None) -> tuple[dt.datetime | 
     return start, end, None
 
 
+def check_output(path: str) -> None:
+    """ConfigError unless the report can be written at `path` (its directory is created)."""
+    out = Path(path)
+    if not path or out.is_dir():
+        raise ConfigError(f"bad --output {path!r}: give a file name")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot write --output {path}: {exc.strerror or exc}") from exc
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write --output {path}: directory not writable")
+
+
 def run(args: argparse.Namespace) -> int:
     from collector.daemon import setup_logging
     from controller import report_data
@@ -79,14 +99,25 @@ def run(args: argparse.Namespace) -> int:
         bucket = int(parse_duration(args.bucket, "--bucket"))
         if not 1 <= bucket <= 86400:
             raise ConfigError(f"bad --bucket {args.bucket!r}: between 1s and 1d")
+    if args.pop:
+        from collector.names import check_pop
+
+        check_pop(args.pop)
+    check_output(args.output)
     asn_table = None
     if args.asn_file:
         try:
             asn_table = load_asn_file(args.asn_file)
         except OSError as exc:
             raise ConfigError(f"cannot read --asn-file {args.asn_file}: {exc.strerror or exc}") from exc
+        if asn_table.entries == 0:
+            raise ConfigError(f"--asn-file {args.asn_file} has no prefix,asn[,name] line")
     store = open_store(args.clickhouse)
     try:
+        if args.pop:
+            from controller.known_pops import require_known_pops
+
+            require_known_pops(store, [args.pop])
         if span is not None:
             window = report_data.default_window(report_data.data_span(store, args.pop), None, until)
             if window is not None:

@@ -3,7 +3,7 @@
     dyncc control keygen --out-dir DIR [--name dyncc-config] [--force]
     dyncc control rollout status --clickhouse URL [--pop POP]
     dyncc control [--kafka B|--publish-dir D] --key PEM rollout advance --clickhouse URL
-    dyncc control kill-switch (--pop POP ...|--all) [--release] --clickhouse URL --key PEM
+    dyncc control kill-switch (--pop POP ...|--all) [--release] [--force] --clickhouse URL --key PEM
                               (--kafka BROKERS|--publish-dir DIR)
 
 controller/control_cli.py calls `register(subparsers)` to add them and
@@ -11,6 +11,12 @@ controller/control_cli.py calls `register(subparsers)` to add them and
 that also exist on the main `dyncc control` parser (--kafka, --publish-dir,
 --key, --config-topic, --status-topic, --clickhouse) default to SUPPRESS here so
 a value given before the action name is not overwritten.
+
+Bad input is a ConfigError (one line, exit 2) found before anything is
+published: a malformed POP name, publishing options that cannot work (no or
+unreadable --key, nowhere to publish, bad validation or rollout settings), and
+for kill-switch a POP the store does not know (no telemetry, no published
+config; controller/known_pops.py) unless --force.
 """
 
 from __future__ import annotations
@@ -18,11 +24,14 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
 from collector.daemon import ConfigError, setup_logging
+from collector.names import check_brokers, check_pop, check_topic
 
 log = logging.getLogger("dyncc.rollout")
 
@@ -81,6 +90,11 @@ def register(subparsers: Any) -> None:
     kill.add_argument(
         "--release", action="store_true", help="release the kill switch: rounds publish again (staged, from empty)"
     )
+    kill.add_argument(
+        "--force",
+        action="store_true",
+        help="also for a POP the store does not know (no telemetry and no published config)",
+    )
     _shared(kill, publish=True)
 
 
@@ -96,6 +110,36 @@ def _store(args: argparse.Namespace) -> Any:
     return store
 
 
+_KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+def check_publish_options(args: argparse.Namespace) -> None:
+    """ConfigError (one line) when the publishing options cannot work; nothing is published."""
+    from controller.config_signing import Signer
+    from controller.publisher import opt, rollout_settings, validation_policy
+
+    kafka, publish_dir, key = opt(args, "kafka"), opt(args, "publish_dir"), opt(args, "private_key")
+    if not key:
+        raise ConfigError("--key PRIVATE_PEM is required to sign configs (create one: dyncc control keygen)")
+    if not kafka and not publish_dir:
+        raise ConfigError("nowhere to publish: give --kafka BROKERS or --publish-dir DIR")
+    if kafka:
+        check_brokers(str(kafka), "--kafka")
+        check_topic(str(opt(args, "config_topic")), "--config-topic")
+        check_topic(str(opt(args, "status_topic")), "--status-topic")
+    if publish_dir:
+        directory = Path(publish_dir)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create --publish-dir {directory}: {exc.strerror or exc}") from exc
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise ConfigError(f"--publish-dir {directory} is not writable")
+    Signer.from_file(Path(key))
+    validation_policy(args)
+    rollout_settings(args)
+
+
 def run(args: argparse.Namespace) -> int | None:
     action = getattr(args, "action", None)
     if action not in ACTIONS:
@@ -103,13 +147,24 @@ def run(args: argparse.Namespace) -> int | None:
     if action == "keygen":
         from controller.config_signing import keygen
 
-        private_path, public_path = keygen(args.out_dir, args.name, args.force)
+        if not _KEY_NAME.match(args.name):
+            raise ConfigError(f"bad --name {args.name!r}: letters, digits, '_', '.' or '-' (a file name, no '/')")
+        try:
+            private_path, public_path = keygen(args.out_dir, args.name, args.force)
+        except OSError as exc:
+            raise ConfigError(f"cannot write a key pair in {args.out_dir}: {exc.strerror or exc}") from exc
         print(
             f"wrote {private_path} (private, mode 0600: the controller's --key) and "
             f"{public_path} (public: every agent's --public-key)"
         )
         return 0
     setup_logging(bool(getattr(args, "verbose", False)))
+    for pop in [*getattr(args, "kill_pops", []), *getattr(args, "status_pops", [])]:
+        check_pop(pop)
+    if not getattr(args, "clickhouse", None):
+        raise ConfigError("--clickhouse URL is required")
+    if action == "kill-switch" or args.rollout_action == "advance":
+        check_publish_options(args)
     store = _store(args)
     try:
         if action == "rollout":
@@ -134,6 +189,10 @@ def _kill_switch(store: Any, args: argparse.Namespace) -> int:
         pops = sorted(set(rs.known_pops(store)) | set(rollout_settings(args).inventory))
         if not pops:
             raise ConfigError("no POP known to the store or inventory; name one with --pop")
+    elif not args.force:
+        from controller.known_pops import require_known_pops
+
+        require_known_pops(store, pops, hint="--force publishes the kill switch anyway")
     try:
         engine = make_engine(store, args)
     except PublishError as exc:

@@ -11,7 +11,8 @@ prefix with a decision and its reason:
            worse than before BBR and worse than the holdout group's change (then a
            cooldown blocks it), or it has not been seen for `expire`
   holdout  a candidate kept on CUBIC as the control group (stable hash choice)
-  skip     stays on CUBIC: not a candidate, too little data, low RTT, cooldown, capped
+  skip     stays on CUBIC: not a candidate, too little data, low RTT, cooldown, capped,
+           or denied: config validation would refuse the prefix (`refuse`)
 
 Candidate: counted_buckets >= min_buckets, duty_cycle >= min_duty,
 flap_ratio <= max_flap, and not low-RTT (the per-bucket median min_rtt is below
@@ -19,17 +20,26 @@ min_rtt_ms in more than half of the counted buckets, i.e. its median is).  Effec
 low_delivery_rate now / low_delivery_rate when it was selected (its baseline);
 the holdout change is the median of the same ratio over the POP's holdouts that
 have been held at least min_hold.  Times are epoch seconds; 0 means "not set".
+
+`refuse(prefix)` (optional) says why config validation would refuse a prefix
+(controller/config_validate.py `prefix_problem`: deny list, built-in ranges,
+length, canonical form) or None.  A refused prefix is never a candidate nor a
+holdout; it is skipped with the reason "denied: ...", and reverted (no cooldown)
+when it was on BBR, so it never reaches a config.  Only candidates and prefixes
+carrying state are asked.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from collector.prefixes import prefix_family
 from controller.scoring_config import ScoringConfig
 
 if TYPE_CHECKING:
@@ -94,6 +104,7 @@ def decide(
     now: int,
     cfg: ScoringConfig,
     expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
+    refuse: Callable[[str], str | None] | None = None,
 ) -> pd.DataFrame:
     """Decisions for every scored or stateful prefix; see the module docstring.
 
@@ -117,6 +128,8 @@ def decide(
             continue
         fill = 0 if dtype == "int64" else math.nan
         df[name] = df[name].fillna(fill).astype(np.dtype(dtype))
+    if not scored.all():  # rows carried from the state without data: their prefix's family, not 0
+        df.loc[~scored, "family"] = np.array([prefix_family(str(p)) for p in df.loc[~scored, "prefix"]], "int64")
     df["prev_decision"] = df["prev_decision"].fillna("").astype(object)
     for name in ("selected_since", "holdout_since", "cooldown_until", "last_seen"):
         df[name] = df[name].fillna(0).astype("int64")
@@ -144,9 +157,15 @@ def decide(
     measurable = eligible & np.isfinite(low) & (low > 0)
     low_rtt = eligible & (df["low_rtt_buckets"].to_numpy() * 2 > counted)  # median min_rtt below
     candidate = eligible & ~low_rtt & (duty >= cfg.min_duty) & (flap <= cfg.max_flap)
-    hashed = np.zeros(n, dtype=bool)
     pops = df["pop"].to_numpy()
     prefixes = df["prefix"].to_numpy()
+    denied = np.full(n, "", dtype=object)
+    if refuse is not None:
+        for j in np.flatnonzero(candidate | was_bbr | was_holdout):
+            denied[j] = refuse(str(prefixes[j])) or ""
+    refused = denied != ""
+    candidate &= ~refused
+    hashed = np.zeros(n, dtype=bool)
     for j in np.flatnonzero((candidate | was_holdout) & ~was_bbr):
         hashed[j] = holdout_hash(pops[j], prefixes[j], cfg.holdout_salt) < cfg.holdout_fraction
     expired = (~seen) & (last_seen > 0) & (now - last_seen >= expire_seconds)
@@ -158,7 +177,7 @@ def decide(
     reason = np.full(n, "", dtype=object)
 
     # Holdouts: candidates in the hash group, and earlier holdouts that are still seen.
-    holdout = hashed & ~was_bbr & ~in_cooldown & (candidate | (was_holdout & ~expired))
+    holdout = hashed & ~was_bbr & ~in_cooldown & ~refused & (candidate | (was_holdout & ~expired))
     new_holdout = holdout & ~was_holdout
     holdout_since[new_holdout] = now
     baseline_out = baseline.copy()
@@ -177,9 +196,10 @@ def decide(
     held = was_bbr & (now - selected_since < cfg.min_hold_seconds)
     worse_than_before = effect < 1.0 - cfg.revert_margin
     worse_than_holdout = ~np.isfinite(holdout_change) | (effect < holdout_change - cfg.revert_margin)
-    revert_effect = was_bbr & ~held & np.isfinite(effect) & worse_than_before & worse_than_holdout
-    revert_expired = was_bbr & ~held & ~revert_effect & expired
-    keep = was_bbr & ~revert_effect & ~revert_expired
+    revert_denied = was_bbr & refused
+    revert_effect = was_bbr & ~held & ~refused & np.isfinite(effect) & worse_than_before & worse_than_holdout
+    revert_expired = was_bbr & ~held & ~refused & ~revert_effect & expired
+    keep = was_bbr & ~revert_effect & ~revert_expired & ~revert_denied
 
     # New selections: candidates not on BBR, not holdout, not cooling down; capped per POP.
     pending = candidate & ~was_bbr & ~holdout & ~in_cooldown
@@ -196,7 +216,7 @@ def decide(
         capped[ranked[allowed:]] = True
 
     decision[keep] = KEEP
-    decision[revert_effect | revert_expired] = REVERT
+    decision[revert_effect | revert_expired | revert_denied] = REVERT
     decision[holdout] = HOLDOUT
     decision[select] = SELECT
 
@@ -229,6 +249,7 @@ def decide(
         "capped": capped,
         "qualifying": df["qualifying"].to_numpy(),
         "low_rtt_buckets": df["low_rtt_buckets"].to_numpy(),
+        "denied": denied,
     }
     v: dict[str, list[Any]] = {k: np.asarray(a).tolist() for k, a in lists.items()}
     duty_s = [
@@ -254,7 +275,9 @@ def decide(
                     f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f})"
                 )
         elif d == REVERT:
-            if v["revert_effect"][i]:
+            if v["denied"][i]:
+                reason[i] = f"denied: {v['denied'][i]}"
+            elif v["revert_effect"][i]:
                 reason[i] = (
                     f"negative effect: low rate {_fmt_rate(v['baseline'][i])} -> {_fmt_rate(v['low'][i])} "
                     f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f}); cooldown "
@@ -287,6 +310,8 @@ def decide(
 
 
 def _skip_reason(i: int, v: dict[str, list[Any]], duty_s: list[str], cfg: ScoringConfig, now: int) -> str:
+    if v["denied"][i]:
+        return f"denied: {v['denied'][i]}"
     if v["candidate"][i] and v["in_cooldown"][i]:
         return f"cooldown after a revert: {_fmt_hours(v['cooldown_until'][i] - now)} left"
     if v["capped"][i]:

@@ -11,6 +11,9 @@ The SQL does the heavy part inside ClickHouse 18.16 / chDB.  Per round:
      data arriving later than that for an older bucket is not seen;
   2. score: thresholds per (pop, bucket), bad/good, duty cycle and flap ratio per
      prefix from the cache (scoring_timeline.sql, scoring_prefixes.sql).
+A prefix is one client network: the source rows of its socket families (an IPv4
+client on IPv4 and on IPv6 sockets, ::ffff:a.b.c.d, has the same IPv4 prefix)
+are merged, and `family` is the prefix's (2 or 10, from its text).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from collector.prefixes import prefix_family
 from controller.scoring_config import ScoringConfig
 
 if TYPE_CHECKING:
@@ -58,7 +59,8 @@ def reference_timeline(samples: pd.DataFrame, cfg: ScoringConfig, window: Window
     df["bucket"] = df["time"].to_numpy(dtype="int64") // cfg.bucket_seconds * cfg.bucket_seconds
     df["qual"] = df["bytes_acked"].to_numpy(dtype="uint64") > cfg.min_bytes
     rows = []
-    for (pop, bucket, prefix, family), g in df.groupby(["pop", "bucket", "prefix", "family"], sort=True):
+    # one row per client network: both socket families of a prefix together, the prefix's family
+    for (pop, bucket, prefix), g in df.groupby(["pop", "bucket", "prefix"], sort=True):
         q = g[g["qual"]]
         rate = q["delivery_rate"].to_numpy(dtype="float64")
         rows.append(
@@ -66,7 +68,7 @@ def reference_timeline(samples: pd.DataFrame, cfg: ScoringConfig, window: Window
                 "pop": pop,
                 "bucket": int(str(bucket)),
                 "prefix": prefix,
-                "family": int(str(family)),
+                "family": prefix_family(str(prefix)),
                 "samples": len(g),
                 "qualifying": len(q),
                 "stat": ch_quantile(rate, 0.5),

@@ -2,19 +2,29 @@
 
 I/O glue around the pure pieces: controller/scoring_query.py (SQL),
 controller/scoring_decide.py (decisions), controller/scoring_state.py
-(selections table).  The rollout side takes the DesiredState list.
+(selections and round_outcomes tables).  The rollout side takes the
+DesiredState list and answers with a PublishOutcome per POP
+(controller/publisher.py), recorded in round_outcomes.
+
+Prefixes the config validation would refuse (controller/config_validate.py
+`prefix_problem`: deny list, built-in ranges, length, canonical form) are
+never selected: they are skipped (or reverted, when on BBR) with the reason
+"denied: ...", so one bad prefix cannot get a POP's whole config rejected.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from controller.desired_state import DesiredEntry, DesiredState
+from controller.config_validate import ValidationPolicy, prefix_problem
+from controller.desired_state import RECORDED, DesiredEntry, DesiredState, PublishOutcome
 from controller.scoring_config import ScoringConfig
 from controller.scoring_decide import EXPIRE_SECONDS_DEFAULT, ON_BBR, PopSummary, decide, summarize
 from controller.scoring_query import (
@@ -25,7 +35,7 @@ from controller.scoring_query import (
     score_prefixes,
     window_for,
 )
-from controller.scoring_state import load_previous, write_round
+from controller.scoring_state import load_previous, write_outcomes, write_round
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,6 +56,25 @@ class RoundResult:
     seconds: float
     timings: dict[str, float] = field(default_factory=dict)
     written: int = 0
+    outcomes: dict[str, PublishOutcome] = field(default_factory=dict)  # per POP, once published
+
+
+REFUSAL_CACHE = 1 << 16  # prefixes whose answer a long-running controller remembers
+
+
+def refusal(policy: ValidationPolicy) -> Callable[[str], str | None]:
+    """The per-prefix rule of validation as decide()'s `refuse`: "why" or None.
+
+    Answers are cached (LRU): a controller keeps one per policy, so each round asks
+    only about candidates it has not seen before (~8 us each).
+    """
+
+    @functools.lru_cache(maxsize=REFUSAL_CACHE)
+    def refuse(prefix: str) -> str | None:
+        problem = prefix_problem(prefix, policy)
+        return None if problem is None else problem[1]
+
+    return refuse
 
 
 def new_round_id(now: dt.datetime) -> str:
@@ -80,10 +109,17 @@ def run_round(
     pop: str = "",
     dry_run: bool = False,
     expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
+    publishing: bool = False,
+    refuse: Callable[[str], str | None] | None = None,
 ) -> RoundResult:
     """Score every prefix of `pop` ('' = all POPs) at `now`; write selections unless dry_run.
 
-    The scoring_buckets cache is refreshed even in a dry run (derived data, no decision).
+    publishing: a publisher answers for this round, so the previous state is the latest
+    round in force (published / unchanged); without one, recorded rounds count too.
+    refuse: the per-prefix rule that filters the desired state, `refusal(policy)` of the
+    publisher's validation policy (default: the built-in rules and default lengths).
+    Not a dry run: the selections rows and a `recorded` round_outcomes row per POP are
+    written.  The scoring_buckets cache is refreshed even in a dry run (derived data).
     """
     started = time.perf_counter()
     now = now if now.tzinfo else now.replace(tzinfo=dt.UTC)
@@ -99,16 +135,18 @@ def run_round(
     scores = score_prefixes(store, cfg, window, pop, keys)
     timings["score"] = time.perf_counter() - t
     t = time.perf_counter()
-    previous = load_previous(store, pop, now)
-    decisions = decide(scores, previous, epoch_seconds(now), cfg, expire_seconds)
+    previous = load_previous(store, pop, now, include_recorded=not publishing)
+    refuse = refuse or refusal(ValidationPolicy())
+    decisions = decide(scores, previous, epoch_seconds(now), cfg, expire_seconds, refuse=refuse)
     timings["decide"] = time.perf_counter() - t
+    states = desired_states(decisions, round_id, round_time_ns)
     written = 0
     if not dry_run:
         t = time.perf_counter()
         written = write_round(store, decisions, round_id, round_time_ns)
+        write_outcomes(store, [(s, PublishOutcome(s.pop, RECORDED)) for s in states])
         drop_old_cache(store, window)
         timings["write"] = time.perf_counter() - t
-    states = desired_states(decisions, round_id, round_time_ns)
     return RoundResult(
         round_id=round_id,
         round_time_ns=round_time_ns,

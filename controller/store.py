@@ -9,8 +9,15 @@ ttl=off creates tables without retention TTLs (for historic replays and tests
 with fixed dates; retention applies on servers >= 19.6 and chDB only).
 
 Operations: execute SQL (DDL or DML), insert columns, query to a DataFrame or
-to rows, and the server version (which picks the DDL features, see
-controller/sql_template.py).  Failures raise StoreError with a one-line reason.
+to rows, query rows with a table of data sent along (query_rows_with: the
+statement names it {{data}}; an external table on the server, chDB's Python()
+table function on chDB, so the statement does not grow with the data), and the
+server version (which picks the DDL features, see controller/sql_template.py).
+
+Failures raise StoreError with a one-line reason, classified the same way on
+both back ends (controller/store_errors.py): StoreUnavailable (connection,
+timeout, overload: retry later), StoreContentError (the data was refused:
+retrying it unchanged fails again), plain StoreError otherwise.
 chDB is imported lazily (its library is large and slow to load cold).
 """
 
@@ -29,14 +36,35 @@ import numpy as np
 
 from controller import sql_params
 from controller.sql_template import Version, parse_version
-from controller.store_errors import StoreError
+from controller.store_errors import StoreContentError, StoreError, StoreUnavailable, classify, error_code
 
 if TYPE_CHECKING:
     import pandas as pd
 
 Column = np.ndarray | Sequence[Any]
+#: column name -> (ClickHouse type, values): a table sent along with a query (query_rows_with)
+DataTable = Mapping[str, tuple[str, Column]]
+
+__all__ = [
+    "ChdbStore",
+    "ClickHouseStore",
+    "Column",
+    "DataTable",
+    "Store",
+    "StoreContentError",
+    "StoreError",
+    "StoreURL",
+    "StoreUnavailable",
+    "open_store",
+    "parse_store_url",
+]
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: where a query_rows_with() statement reads its data table
+DATA = "{{data}}"
+_DATA_TYPES = ("String", "UInt8", "UInt16", "UInt32", "UInt64", "Int32", "Int64")
+#: a reason longer than this is cut (a refused statement can be quoted back at length)
+MAX_REASON = 400
 
 
 @dataclass(frozen=True)
@@ -123,6 +151,16 @@ class Store(ABC):
     def query_df(self, sql: str, params: Mapping[str, Any] | None = None) -> pd.DataFrame: ...
 
     @abstractmethod
+    def query_rows_with(
+        self, sql: str, data: DataTable, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Rows of a SELECT that reads `data` (equal-length columns) where `sql` says {{data}}.
+
+        Column types: String, UInt8/16/32/64, Int32/64.  The data travels as
+        data, not as SQL text, so the statement is the same size for any number of rows.
+        """
+
+    @abstractmethod
     def insert_columns(self, table: str, columns: Mapping[str, Column]) -> int:
         """Insert equal-length columns (numpy arrays or lists) by name; returns rows inserted.
 
@@ -150,6 +188,52 @@ def _row_count(columns: Mapping[str, Column]) -> int:
     if len(set(lengths.values())) != 1:
         raise StoreError(f"insert columns of unequal length: {lengths}")
     return next(iter(lengths.values()))
+
+
+def _data_columns(data: DataTable) -> tuple[list[tuple[str, str]], list[list[Any]]]:
+    """(structure, columns as Python lists) of a query's data table; StoreError if malformed."""
+    if not data:
+        raise StoreError("a data table needs at least one column")
+    structure = []
+    columns = []
+    for name, (ch_type, values) in data.items():
+        check_identifier(name)
+        if ch_type not in _DATA_TYPES:
+            raise StoreError(f"data column {name}: type {ch_type!r} not supported")
+        structure.append((name, ch_type))
+        columns.append(values.tolist() if isinstance(values, np.ndarray) else list(values))
+    if len({len(c) for c in columns}) != 1:
+        raise StoreError("data columns of unequal length")
+    return structure, columns
+
+
+def _one_line(text: str) -> str:
+    """The first non-empty line of `text`, at most MAX_REASON characters."""
+    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
+    return line if len(line) <= MAX_REASON else line[: MAX_REASON - 3] + "..."
+
+
+def clickhouse_error(exc: BaseException, url: StoreURL) -> StoreError:
+    """The classified StoreError for an exception from clickhouse-driver (or the socket under it)."""
+    from clickhouse_driver import errors as ch_errors
+
+    where = f"ClickHouse {url.host}:{url.port}"
+    if isinstance(exc, ch_errors.ServerException):
+        code = int(exc.code) if exc.code is not None else None
+        message = str(exc.message or "")
+        reason = _one_line(message.removeprefix("DB::Exception: ")) or repr(exc)
+        return classify(code, message)(f"ClickHouse error {code}: {reason}")
+    if isinstance(exc, ch_errors.NetworkError | ch_errors.SocketTimeoutError | OSError | EOFError):
+        text = _one_line(str(getattr(exc, "message", None) or exc)) or type(exc).__name__
+        return StoreUnavailable(f"{where} unreachable: {text}")
+    return StoreError(f"ClickHouse client error: {_one_line(str(exc)) or type(exc).__name__}")
+
+
+def chdb_error(exc: BaseException, what: str = "chDB error") -> StoreError:
+    """The classified StoreError for an exception from chDB ("Code: N. DB::Exception: ...")."""
+    text = str(exc)
+    reason = _one_line(text) or type(exc).__name__
+    return classify(error_code(text), text)(f"{what}: {reason}")
 
 
 def _as_fixed_bytes(col: np.ndarray) -> np.ndarray:
@@ -188,15 +272,8 @@ class ClickHouseStore(Store):
         with self._lock:
             try:
                 return fn(*args, **kwargs)
-            except ch_errors.NetworkError as exc:
-                raise StoreError(f"ClickHouse {self.url.host}:{self.url.port} unreachable: {exc}") from exc
-            except ch_errors.ServerException as exc:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
-                raise StoreError(f"ClickHouse error {exc.code}: {first}") from exc
-            except ch_errors.Error as exc:
-                raise StoreError(f"ClickHouse client error: {str(exc).strip().splitlines()[0]}") from exc
-            except (OSError, EOFError) as exc:
-                raise StoreError(f"ClickHouse {self.url.host}:{self.url.port} unreachable: {exc}") from exc
+            except (ch_errors.Error, OSError, EOFError) as exc:
+                raise clickhouse_error(exc, self.url) from exc
 
     def version(self) -> Version:
         if self._version is None:
@@ -212,6 +289,15 @@ class ClickHouseStore(Store):
 
     def query_rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         rows = self._run(self._client.execute, sql_params.render(sql, params), settings={"use_numpy": False})
+        return [tuple(r) for r in rows]
+
+    def query_rows_with(
+        self, sql: str, data: DataTable, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        structure, columns = _data_columns(data)
+        table = {"name": "_dyncc_data", "structure": structure, "data": list(zip(*columns, strict=True))}
+        rendered = sql_params.render(sql.replace(DATA, "_dyncc_data"), params)
+        rows = self._run(self._client.execute, rendered, external_tables=[table], settings={"use_numpy": False})
         return [tuple(r) for r in rows]
 
     def query_df(self, sql: str, params: Mapping[str, Any] | None = None) -> pd.DataFrame:
@@ -270,7 +356,7 @@ class ChdbStore(Store):
 
                     ChdbStore._session = chdb_session.Session(url.path)
                 except Exception as exc:  # chdb raises plain Exceptions
-                    raise StoreError(f"cannot open chDB at {url.path}: {_first_line(exc)}") from exc
+                    raise chdb_error(exc, f"cannot open chDB at {url.path}") from exc
                 ChdbStore._session_path = url.path
             elif ChdbStore._session_path != url.path:
                 raise StoreError(
@@ -285,7 +371,7 @@ class ChdbStore(Store):
                 ChdbStore._session.query(f"USE {self.database}")
                 return ChdbStore._session.query(sql, fmt)
             except Exception as exc:
-                raise StoreError(f"chDB error: {_first_line(exc)}") from exc
+                raise chdb_error(exc) from exc
 
     def version(self) -> Version:
         if self._version is None:
@@ -298,7 +384,7 @@ class ChdbStore(Store):
             try:
                 ChdbStore._session.query(f"CREATE DATABASE IF NOT EXISTS {check_identifier(self.database)}")
             except Exception as exc:
-                raise StoreError(f"chDB error: {_first_line(exc)}") from exc
+                raise chdb_error(exc) from exc
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         self._query(sql_params.render(sql, params))
@@ -311,6 +397,38 @@ class ChdbStore(Store):
 
     def query_rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
         df = self.query_df(sql, params)
+        return [tuple(row) for row in df.itertuples(index=False, name=None)]
+
+    def query_rows_with(
+        self, sql: str, data: DataTable, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        import pandas as pd
+        import pyarrow as pa
+
+        structure, columns = _data_columns(data)
+        arrow = {
+            "String": pa.string(),
+            "UInt8": pa.uint8(),
+            "UInt16": pa.uint16(),
+            "UInt32": pa.uint32(),
+            "UInt64": pa.uint64(),
+            "Int32": pa.int32(),
+            "Int64": pa.int64(),
+        }
+        _dyncc_data = pa.table(  # read by name by chDB's Python() table function
+            {
+                name: pa.array(values, type=arrow[ch_type])
+                for (name, ch_type), values in zip(structure, columns, strict=True)
+            }
+        )
+        rendered = sql_params.render(sql.replace(DATA, "Python(_dyncc_data)"), params)
+        with self._lock:
+            try:
+                ChdbStore._session.query(f"USE {self.database}")
+                result = ChdbStore._session.query(rendered, "DataFrame")
+            except Exception as exc:
+                raise chdb_error(exc) from exc
+        df = result if isinstance(result, pd.DataFrame) else pd.DataFrame(result)
         return [tuple(row) for row in df.itertuples(index=False, name=None)]
 
     def insert_columns(self, table: str, columns: Mapping[str, Column]) -> int:
@@ -341,13 +459,8 @@ class ChdbStore(Store):
                     f"INSERT INTO {check_identifier(table)} ({names}) SELECT * FROM Python(_dyncc_insert)"
                 )
             except Exception as exc:
-                raise StoreError(f"chDB insert into {table}: {_first_line(exc)}") from exc
+                raise chdb_error(exc, f"chDB insert into {table}") from exc
         return rows
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def open_store(url: str) -> Store:

@@ -178,6 +178,17 @@ def _insert_selections(store: Store, synth: Synth) -> None:
             "decision": sel["decision"],
         },
     )
+    # every round was published (controller/scoring_state.py: reports count only such rounds)
+    rounds = [(f"r{t:%H%M}", t, pop) for t in synth.rounds for pop in POPS]
+    store.insert_columns(
+        "round_outcomes",
+        {
+            "round_id": [r[0] for r in rounds],
+            "round_time": np.array([np.datetime64(r[1], "s") for r in rounds], dtype="datetime64[s]"),
+            "pop": [r[2] for r in rounds],
+            "status": ["published"] * len(rounds),
+        },
+    )
 
 
 def _insert_configs(store: Store, synth: Synth) -> None:

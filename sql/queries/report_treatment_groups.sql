@@ -1,6 +1,8 @@
 -- dyncc report: the treated (moved to BBR: 'select'/'keep') and holdout prefixes per POP, with
 -- the time each entered its group (t0: first such round up to %(end)s).  A prefix that was
--- ever treated counts as treated.
+-- ever treated counts as treated.  Only rounds whose decisions reached the edges count: the
+-- round's outcome (its latest round_outcomes row) is published, unchanged or legacy; a rejected,
+-- failed or held round changed nothing on the edges.
 -- Parameters: %(pop)s ('' = all), %(end)s.
 SELECT
     pop,
@@ -19,6 +21,14 @@ FROM
     WHERE (%(pop)s = '' OR pop = %(pop)s)
       AND round_time < %(end)s
       AND decision IN ('select', 'keep', 'holdout')
+      AND (pop, round_id) IN
+      (
+          SELECT pop, round_id
+          FROM round_outcomes
+          WHERE (%(pop)s = '' OR pop = %(pop)s) AND round_time < %(end)s
+          GROUP BY pop, round_id
+          HAVING argMax(status, recorded_ns) IN ('published', 'unchanged', 'legacy')
+      )
     GROUP BY pop, prefix
 )
 ORDER BY pop, grp, prefix

@@ -1,10 +1,13 @@
 -- Finalized 5-minute rollup rows for one POP (or all, pop = '') over a time range.
+-- One row per (bucket, pop, prefix): the rollup's rows per socket family are merged (an IPv4
+-- client on IPv4 and on IPv6 sockets, ::ffff:a.b.c.d, is one prefix); `family` is the prefix's
+-- (10 when it contains ':', else 2).
 -- Parameters: %(pop)s, %(start)s, %(end)s (DateTime literals).
 SELECT
     bucket,
     pop,
     prefix,
-    family,
+    if(position(prefix, ':') > 0, 10, 2) AS family,
     countMerge(samples) AS samples,
     countIfMerge(qualifying) AS qualifying,
     quantilesMerge(0.05, 0.1, 0.5)(delivery_rate_q) AS delivery_rate_q,
@@ -17,5 +20,5 @@ SELECT
 FROM tcpinfo_5m
 WHERE (%(pop)s = '' OR pop = %(pop)s)
   AND bucket >= %(start)s AND bucket < %(end)s
-GROUP BY bucket, pop, prefix, family
-ORDER BY pop, prefix, family, bucket
+GROUP BY bucket, pop, prefix
+ORDER BY pop, prefix, bucket

@@ -1,13 +1,14 @@
 -- Per-prefix statistics of the given (pop, bucket)s from raw tcpinfo (bucket of
 -- %(bucket_seconds)s, a flow qualifies when bytes_acked > %(min_bytes)s); the {source} of
--- scoring_refresh_insert.sql, same columns as scoring_refresh_rollup.sql.
+-- scoring_refresh_insert.sql, same columns as scoring_refresh_rollup.sql: one row per client
+-- network, both socket families of a prefix together, `family` the prefix's.
 -- Parameters: %(start)s, %(end)s, %(bucket_seconds)s, %(min_bytes)s; {keys} = a list of
 -- (pop, toUInt32(bucket)) tuples.
 SELECT
     pop,
     toDateTime(intDiv(toUInt32(time), %(bucket_seconds)s) * %(bucket_seconds)s) AS bucket,
     prefix,
-    family,
+    if(position(prefix, ':') > 0, 10, 2) AS family,
     toUInt64(count()) AS samples,
     toUInt64(countIf(bytes_acked > %(min_bytes)s)) AS qualifying,
     quantilesIf(0.05, 0.1, 0.5)(delivery_rate, bytes_acked > %(min_bytes)s) AS rate_q,
@@ -15,4 +16,4 @@ SELECT
 FROM tcpinfo
 WHERE time >= %(start)s AND time < %(end)s
   AND (pop, intDiv(toUInt32(time), %(bucket_seconds)s) * %(bucket_seconds)s) IN ({keys})
-GROUP BY pop, bucket, prefix, family
+GROUP BY pop, bucket, prefix

@@ -1,7 +1,9 @@
 -- Grafana panel: Time series (unit: bytes/sec(SI)); one series per group (treated / holdout).
 -- p10 delivery rate of qualifying flows per 5 minutes for prefixes the controller moved to BBR
--- (decision 'select'/'keep') and for the holdout control group that stayed on CUBIC.  The gap
--- opening after a config version is the effect of BBR.
+-- (decision 'select'/'keep') and for the holdout control group that stayed on CUBIC, from the
+-- rounds whose decisions reached the edges (outcome published / unchanged / legacy in
+-- round_outcomes; a rejected or failed round moved nothing).  The gap opening after a config
+-- version is the effect of BBR.
 -- Grafana ClickHouse data source, Format "Time series": long rows (time, grp, p10).
 SELECT
     time,
@@ -23,6 +25,13 @@ FROM
             if(countIf(decision IN ('select', 'keep')) > 0, 'treated', 'holdout') AS grp
         FROM selections
         WHERE decision IN ('select', 'keep', 'holdout')
+          AND (pop, round_id) IN
+          (
+              SELECT pop, round_id
+              FROM round_outcomes
+              GROUP BY pop, round_id
+              HAVING argMax(status, recorded_ns) IN ('published', 'unchanged', 'legacy')
+          )
         GROUP BY pop, prefix
     ) AS groups USING (pop, prefix)
     WHERE $__timeFilter(time)

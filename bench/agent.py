@@ -16,9 +16,9 @@ import subprocess
 import sys
 import uuid
 
-from collector.agent_apply import RouteApplier
-from collector.agent_plan import Wanted
-from collector.agent_routes import RouteTable
+from collector.agent.apply import RouteApplier
+from collector.agent.plan import Wanted
+from collector.agent.routes import RouteTable
 
 
 def sh(*cmd: str) -> None:

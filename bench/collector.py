@@ -145,7 +145,9 @@ def main() -> int:
     # An installed dyncc carries byte code (pip compiles a wheel's modules at install time); a
     # development checkout under PYTHONDONTWRITEBYTECODE=1 would compile ~20 modules from source
     # on every start, ~25 ms of each `collect --once` here.
-    subprocess.run([PY, "-m", "compileall", "-q", "collector", "controller", "schemas"], cwd=REPO, check=True)
+    subprocess.run(
+        [PY, "-m", "compileall", "-q", "dyncc_common", "collector", "controller", "schemas"], cwd=REPO, check=True
+    )
     ns = f"dbench-col-{uuid.uuid4().hex[:6]}"
     tmp = Path(tempfile.mkdtemp(prefix="dbench-col-"))
     holders: list[subprocess.Popen[str]] = []

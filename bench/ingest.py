@@ -3,7 +3,7 @@
     python bench/ingest.py [--rows 1000000] [--kafka 127.0.0.1:19092]
                            [--clickhouse clickhouse://default:@127.0.0.1:19000/default]
 
-1. Makes ROWS rows of realistic columns (controller.ingest_synth, encoded by the
+1. Makes ROWS rows of realistic columns (tests.support.ingest_synth, encoded by the
    collector's codec, one message per poll of 280 sockets as the collector's
    default caps split them (~120 KB each), 8 hosts; topics have 4 partitions),
    and produces them zstd-compressed at level 1 like the collector's Kafka sink
@@ -44,11 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from collector.batch_codec import DEFAULT_MAX_BYTES, decode_batch
-from controller.ingest_synth import synth_messages
-from controller.ingest_writer import BatchWriter
-from controller.migrate import apply_migrations
+from controller.ingest.writer import BatchWriter
 from controller.store import open_store, parse_store_url
+from controller.store.migrate import apply_migrations
+from schemas.tcpinfo_columns import DEFAULT_MAX_BYTES
+from schemas.tcpinfo_decode import decode_batch
+from tests.support.ingest_synth import synth_messages
 
 _RATE = re.compile(r"loaded (\d+) rows in [\d.]+ s \(first message ([\d.]+) -> last flush ([\d.]+)\)")
 

@@ -26,11 +26,11 @@ import uuid
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from controller.migrate import apply_migrations
-from controller.scoring_config import ScoringConfig
-from controller.scoring_query import refresh, score_prefixes, window_for
-from controller.scoring_round import run_round
+from controller.scoring.query import refresh, score_prefixes, window_for
+from controller.scoring.round import run_round
+from controller.scoring.settings import ScoringConfig
 from controller.store import Store, open_store
+from controller.store.migrate import apply_migrations
 
 POP = "bench1"
 

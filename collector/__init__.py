@@ -1,3 +1,3 @@
-"""dyncc edge side: netlink socket dump, protobuf batches, Kafka sink, route agent."""
+"""dyncc edge side: netlink (kernel ABI), telemetry (`dyncc collect`), agent (`dyncc agent`)."""
 
-__version__ = "0.1.0"
+__all__: list[str] = []

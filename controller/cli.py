@@ -19,18 +19,17 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from collector.daemon import ConfigError
-from controller.store_errors import StoreError  # not controller.store: that imports numpy
+from dyncc_common.errors import ConfigError, StoreError  # not controller.store: that imports numpy
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "collect": ("collector.collect_cli", "dump TCP sockets over netlink and export TcpInfoBatch batches"),
-    "agent": ("collector.agent_cli", "apply signed per-prefix congestion configs as routes (edge)"),
-    "ingest": ("controller.ingest_cli", "load batches from Kafka (or files) into ClickHouse/chDB"),
-    "control": ("controller.control_cli", "score prefixes, publish configs, rollouts, kill switch"),
-    "report": ("controller.report_cli", "write a self-contained HTML report"),
-    "demo": ("controller.demo_cli", "run the whole loop on the embedded store (chDB), no servers"),
-    "lab": ("controller.lab_cli", "build a namespace lab with shaped clients and run the loop"),
-    "schema": ("controller.schema_cli", "apply the ClickHouse schema migrations"),
+    "collect": ("collector.telemetry.cli", "dump TCP sockets over netlink and export TcpInfoBatch batches"),
+    "agent": ("collector.agent.cli", "apply signed per-prefix congestion configs as routes (edge)"),
+    "ingest": ("controller.ingest.cli", "load batches from Kafka (or files) into ClickHouse/chDB"),
+    "control": ("controller.control.cli", "score prefixes, publish configs, rollouts, kill switch"),
+    "report": ("controller.report.cli", "write a self-contained HTML report"),
+    "demo": ("controller.lab.demo", "run the whole loop on the embedded store (chDB), no servers"),
+    "lab": ("controller.lab.cli", "build a namespace lab with shaped clients and run the loop"),
+    "schema": ("controller.store.cli", "apply the ClickHouse schema migrations"),
 }
 
 
@@ -68,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     module_name, desc = SUBCOMMANDS[name]
     if name == "collect":
         # a one-shot collector starts its kernel dump before anything else loads
-        from collector.collect_start import start_early_prefetch
+        from collector.telemetry.start import start_early_prefetch
 
         start_early_prefetch(args[1:])
     # numpy's OpenBLAS starts a thread per core at import, and they spin for a while after any
@@ -96,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         if name == "collect":  # a dump helper the command did not take (refused options, ...)
-            from collector.collect_start import discard_early_prefetch
+            from collector.telemetry.start import discard_early_prefetch
 
             discard_early_prefetch()
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from collector.daemon import ConfigError
+from dyncc_common.errors import ConfigError
 
 
 def add_config_option(parser: argparse.ArgumentParser) -> None:

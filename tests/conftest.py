@@ -70,7 +70,7 @@ def store_url(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def store(store_url: str) -> Iterator[Store]:
     """An opened store with the schema applied, on both back ends."""
-    from controller.migrate import apply_migrations
+    from controller.store.migrate import apply_migrations
 
     opened = open_store(store_url)
     apply_migrations(opened)

@@ -1,6 +1,6 @@
 -- 001: raw per-socket telemetry and its 5-minute per-prefix rollup.
 -- Template markers ({{lowcard(..)}}, {{codec(..)}}, {{ttl(..)}}) are expanded by
--- controller/sql_template.py according to the server version; on ClickHouse
+-- controller/store/sql.py according to the server version; on ClickHouse
 -- 18.16 they vanish, on newer servers and chDB they add LowCardinality, CODECs
 -- and TTL.  Everything else must parse on 18.16 and on chDB 26.x.
 

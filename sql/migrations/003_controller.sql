@@ -3,7 +3,7 @@
 -- One row per prefix and round: every scored prefix, plus every prefix carrying
 -- state (on BBR, holdout, cooldown) even when it had no data in the window.
 -- The rows of a POP's latest round are the controller's state (see
--- controller/scoring_state.py).  Times are UTC; DateTime 0 means "not set".
+-- controller/scoring/state.py).  Times are UTC; DateTime 0 means "not set".
 CREATE TABLE IF NOT EXISTS selections
 (
     round_id String,

@@ -1,11 +1,11 @@
 -- 007: what became of each controller round's decisions per POP (owned by the scoring component).
 
 -- One row per (round, POP) and step: `recorded` when the round writes its `selections`
--- rows, then the publisher's answer (controller/desired_state.py): published | unchanged |
+-- rows, then the publisher's answer (controller/scoring/desired.py): published | unchanged |
 -- rejected | publish_failed | held | killed.  The latest row (by recorded_ns) of a round is
 -- its outcome.  A POP's controller state is the `selections` rows of its latest round whose
 -- decisions are in force (published / unchanged), so a rejected or failed round never
--- becomes state (controller/scoring_state.py); reports count only such rounds.
+-- becomes state (controller/scoring/state.py); reports count only such rounds.
 CREATE TABLE IF NOT EXISTS round_outcomes
 (
     round_id String,

@@ -1,4 +1,4 @@
--- The round whose `selections` rows are each POP's controller state (controller/scoring_state.py):
+-- The round whose `selections` rows are each POP's controller state (controller/scoring/state.py):
 -- per POP, the latest round up to %(now_ns)s (by round time, then by when its outcome was
 -- recorded) whose outcome is one of %(statuses)s.  A round's outcome is the status of its latest
 -- round_outcomes row (sql/migrations/007_round_outcomes.sql).

@@ -1,5 +1,5 @@
 -- Per (pop, prefix) scores over the lookback window, from scoring_timeline.sql
--- (composed by controller/scoring_query.py).  Only buckets where the prefix counted:
+-- (composed by controller/scoring/query.py).  Only buckets where the prefix counted:
 --   duty_cycle = bad / counted buckets
 --   flap_ratio = bad<->good changes between consecutive counted buckets / (counted - 1)
 --   median_delivery_rate, low_delivery_rate, median_min_rtt_ms = the per-bucket median

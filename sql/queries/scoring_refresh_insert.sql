@@ -1,7 +1,7 @@
 -- (Re)compute the per-prefix statistics of the given (pop, bucket)s into the scoring_buckets
 -- cache, tagged with %(version)s.  {source} is scoring_refresh_rollup.sql (the 5-minute rollup)
 -- or scoring_refresh_raw.sql (raw tcpinfo, other bucket / threshold), spliced in by
--- controller/scoring_query.py; both give one row per (pop, bucket, prefix) whatever socket
+-- controller/scoring/query.py; both give one row per (pop, bucket, prefix) whatever socket
 -- families saw the prefix, with the prefix's family (2 = IPv4, 10 = IPv6):
 --   stat = median, low = 10th percentile of delivery_rate of qualifying flows;
 --   rtt = median min_rtt (µs) of them, floored: ClickHouse 18.16 returns quantiles of UInt32

@@ -7,7 +7,7 @@
 -- quantile states is what a full rescore would spend its time on).  Qualifying flows
 -- (bytes_acked > 100 KB) are baked into the rollup.
 -- Parameters: %(start)s, %(end)s; {keys} = a list of (pop, toUInt32(bucket)) tuples
--- rendered by controller/scoring_query.py.
+-- rendered by controller/scoring/query.py.
 SELECT
     pop,
     bucket,

@@ -8,7 +8,7 @@
 -- ANY LEFT JOIN ... USING (no window functions on ClickHouse 18.16).
 -- Parameters: %(source)s, %(pop)s ('' = every POP), %(start)s, %(end)s,
 -- %(min_samples)s, %(threshold_quantile)s; {versions} = the current
--- (pop, toUInt32(bucket), version) tuples, rendered by controller/scoring_query.py.
+-- (pop, toUInt32(bucket), version) tuples, rendered by controller/scoring/query.py.
 SELECT
     pop,
     bucket,

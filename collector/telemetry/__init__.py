@@ -1,0 +1,3 @@
+"""`dyncc collect`: poll sock_diag, filter, encode TcpInfoBatch batches, send them to a sink."""
+
+__all__: list[str] = []

@@ -1,0 +1,107 @@
+"""Start-up and exit of a `dyncc collect` process (no numpy here: this runs before it loads).
+
+- start_early_prefetch: called by the CLI before it loads the collect
+  command: for `--once` with the dump given by flags alone (no --config), fork
+  the dump helper straight from the command line (~30 ms before the full
+  option parsing would, with the dump the critical path of a one-shot run);
+  the CLI discards it (discard_early_prefetch) if the command did not take it.
+- start_prefetch: for --once, the early helper if it dumps what the settings
+  ask, else fork one from the not yet validated settings; any problem just
+  means no prefetch (the real configuration check and the in-process dump
+  report it).  A prefetch the poller does not use changes nothing: the
+  poller takes a prefetched dump only for the namespace, family and states
+  it was asked for, and dumps anything else itself.
+- process_is_dyncc: True only when this process is the `dyncc` command itself
+  (not a test or another program calling the CLI in-process).
+- exit_now: end a finished one-shot run without the interpreter's teardown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import Any
+
+from collector.netlink.sockdiag import DEFAULT_STATES, namespaces_to_dump, parse_states, state_mask
+from collector.telemetry.prefetch import Prefetch
+from dyncc_common.errors import ConfigError
+
+_early: Prefetch | None = None  # forked by start_early_prefetch, taken by start_prefetch
+
+
+def _dump_plan(raw: dict[str, Any]) -> tuple[list[str], int] | None:
+    """(namespaces, state mask) the settings dump, or None if they cannot be prefetched."""
+    try:
+        states = parse_states(raw["state"])
+        if not states:
+            return None
+        netns = [str(n) for n in raw["netns"]]
+        if netns and raw["all_netns"]:
+            return None  # a configuration error, reported later
+        return namespaces_to_dump(netns, bool(raw["all_netns"])), state_mask(states)
+    except (ConfigError, TypeError, ValueError, OSError):
+        return None
+
+
+def start_early_prefetch(argv: list[str]) -> None:
+    """For `dyncc collect --once` whose dump is given by flags alone: fork the dump helper now."""
+    global _early
+    if "--once" not in argv or any(a in ("-h", "--help") or a.startswith("--config") for a in argv):
+        return
+    # The options that decide the dump, as telemetry.settings.add_arguments spells them (a test
+    # keeps them in step); anything this reads differently only means the helper's dump is
+    # not used.
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--netns", action="append", default=[])
+    parser.add_argument("--all-netns", action="store_true")
+    parser.add_argument("--state", action="append")
+    try:
+        args, _ = parser.parse_known_args(argv)
+    except SystemExit:  # argparse's error exit: the full parser reports it
+        return
+    plan = _dump_plan({"state": args.state or list(DEFAULT_STATES), "netns": args.netns, "all_netns": args.all_netns})
+    if plan is not None:
+        _early = Prefetch.start(*plan)
+
+
+def discard_early_prefetch() -> None:
+    """Stop the early dump helper if start_prefetch() did not take it."""
+    global _early
+    if _early is not None:
+        _early.close()
+        _early = None
+
+
+def start_prefetch(raw: dict[str, Any]) -> Prefetch | None:
+    """The dump helper for these raw settings (defaults < TOML < flags), or None."""
+    global _early
+    early, _early = _early, None
+    plan = _dump_plan(raw)
+    if early is not None:
+        if plan is not None and early.plan() == plan:
+            return early
+        early.close()
+    return Prefetch.start(*plan) if plan is not None else None
+
+
+def process_is_dyncc() -> bool:
+    """Whether the running program is the dyncc CLI (the console script or `python -m controller.cli`)."""
+    main = sys.modules.get("__main__")
+    entry = getattr(main, "main", None)
+    if getattr(entry, "__module__", None) == "controller.cli":
+        return True
+    spec = getattr(main, "__spec__", None)
+    return getattr(spec, "name", None) == "controller.cli"
+
+
+def exit_now(code: int) -> None:
+    """Flush logs and stdio, then _exit(code): only once every sink is closed and checked."""
+    import logging  # loaded by then; not at import, which runs before the dump helper is forked
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed, or its reader went away
+            stream.flush()
+    os._exit(code)

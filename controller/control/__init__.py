@@ -1,0 +1,3 @@
+"""`dyncc control`: the scoring and publishing loop and its actions."""
+
+__all__: list[str] = []

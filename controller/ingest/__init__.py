@@ -1,0 +1,3 @@
+"""`dyncc ingest`: load TcpInfoBatch batches from Kafka (or files) into the store exactly once."""
+
+__all__: list[str] = []

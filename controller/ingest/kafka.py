@@ -1,0 +1,557 @@
+"""The Kafka side of `dyncc ingest`: consumer group loop, flush policy, offsets, backoff.
+
+* confluent-kafka consumer in group `--group`; several loaders share the
+  topic's partitions.  enable.auto.commit is off: offsets are committed
+  synchronously only after BatchWriter.flush() returned, i.e. after the store
+  acknowledged every insert of the group.
+* Messages are grouped per flush by rows / bytes / age limits: a group goes
+  as soon as an insert thread is idle and min_rows wait (or max_wait passed),
+  at the latest when max_rows / max_bytes are reached.  Up to `inserters`
+  groups are inserted at once (worker threads, one ClickHouse connection
+  each: the server runs one thread per INSERT) while the next is consumed,
+  decoded and prepared.  Groups are settled and their offsets committed
+  strictly in order: a group's offsets only once it and every group before
+  it were acknowledged.
+* Store unavailable: the flush is retried with capped exponential backoff;
+  meanwhile the assigned partitions are paused and poll() keeps running, so
+  the loader stays in the group (max.poll.interval.ms is never exceeded) and
+  nothing is committed.  Groups in flight behind a failed one are waited for
+  and retried with it (those that did land are found in the ledger and
+  skipped).  After the flush succeeds consumption resumes.
+* Broker unavailable: every Kafka error outside the message flow (commit,
+  committed offsets, watermarks, metadata, the client's own connection
+  errors) is caught, counted in dyncc_ingest_kafka_errors_total{op} and
+  retried; the loader keeps running and resumes by itself.  A commit that
+  fails is kept and retried (with backoff, and with the next flush's
+  offsets); the rows are loaded either way and a redelivery is deduplicated.
+  librdkafka's log lines and errors, and repeated errors of the loader's own
+  Kafka calls, go through dyncc_common.kafka_log.KafkaLog: about one line per
+  `log_interval` during an outage.
+* Housekeeping (lag gauge, commit retries, log summaries) runs from the
+  main thread, the only one that touches the consumer, in every state:
+  consuming, paused for a store outage, and while a store call blocks (the
+  ledger look-ups of prepare() and the retried flushes run on worker threads
+  for that; the main thread waits for them and does the housekeeping).
+  Lag = high watermark - committed offset (the low watermark when the group
+  committed nothing), so it counts messages consumed but not yet loaded.
+* Start: wait_for_brokers() asks for the topic's metadata for up to
+  --connect-timeout and fails with one line (exit 2) naming the brokers.
+* Rebalance: before partitions are revoked the buffered group is flushed and
+  committed (or, if the store is down, dropped uncommitted for the next owner).
+* --drain: exit once every assigned partition has lag 0 (everything
+  committed) after an idle poll.
+* Fault injection for tests: DYNCC_INGEST_CRASH_AFTER_INSERT=1 makes the
+  process send itself SIGKILL right after a flush succeeded and before its
+  offsets are committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from controller.ingest.metrics import IngestMetrics
+from controller.ingest.writer import BatchWriter, FlushResult, Incoming, PreparedFlush
+from controller.store import StoreError
+from dyncc_common.errors import ConfigError
+from dyncc_common.kafka_log import KafkaLog
+from dyncc_common.runtime import StopFlag
+
+log = logging.getLogger("dyncc.ingest")
+kafka_logger = logging.getLogger("dyncc.ingest.kafka")
+
+CRASH_ENV = "DYNCC_INGEST_CRASH_AFTER_INSERT"
+T = TypeVar("T")
+Key = tuple[str, int]  # (topic, partition)
+
+
+@dataclass
+class KafkaConfig:
+    brokers: str
+    topic: str = "tcpinfo"
+    group: str = "dyncc-ingest"
+    max_rows: int = 300_000  # ClickHouse writes (and merges) fewer parts for larger inserts
+    min_rows: int = 50_000  # flush at once when the insert thread is idle and this many rows wait
+    max_bytes: int = 128 << 20
+    max_wait: float = 2.0
+    inserters: int = 2  # concurrent INSERTs: ClickHouse runs each on its own thread
+    poll_messages: int = 32
+    drain: bool = False
+    backoff_initial: float = 0.5
+    backoff_max: float = 30.0
+    lag_interval: float = 5.0
+    kafka_timeout: float = 2.0  # bound of one housekeeping request (committed offsets, watermarks)
+    log_interval: float = 10.0  # repeated Kafka messages: one summary line per interval
+    connect_timeout: float = 30.0  # wait_for_brokers(); 0 = do not check
+
+
+def consumer_settings(cfg: KafkaConfig, kafka_log: KafkaLog | None = None) -> dict[str, Any]:
+    settings: dict[str, Any] = {
+        "bootstrap.servers": cfg.brokers,
+        "group.id": cfg.group,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        # librdkafka's default 1000 ms backoff when its fetch queue is full stalls
+        # the loader about a second at a time; 10 ms gave 2-3x the rate here.
+        "fetch.queue.backoff.ms": 10,
+        # Fetch in large chunks and keep a deep prefetch queue: with the defaults (1 MB per
+        # partition per fetch) the loader sat in consume() waiting for the broker ~40% of a run.
+        "max.partition.fetch.bytes": 16 << 20,
+        "fetch.max.bytes": 64 << 20,
+        "queued.max.messages.kbytes": 256 << 10,
+        "max.poll.interval.ms": 300_000,
+        "session.timeout.ms": 10_000,
+        "heartbeat.interval.ms": 1_000,
+        "client.id": f"dyncc-ingest-{os.getpid()}",
+        "logger": kafka_log or kafka_logger,
+    }
+    if kafka_log is not None:
+        settings["error_cb"] = kafka_log.error
+    return settings
+
+
+def wait_for_brokers(cfg: KafkaConfig, metrics: IngestMetrics | None = None) -> None:
+    """Return once a broker answers a metadata request; ConfigError after cfg.connect_timeout (0: no check)."""
+    if cfg.connect_timeout <= 0:
+        return
+    from confluent_kafka import Consumer, KafkaException
+
+    def counted(err: Any) -> None:
+        if metrics is not None:
+            metrics.kafka_errors.labels("client").inc()
+
+    quiet = KafkaLog(kafka_logger, quiet=True, on_error=counted)
+    settings = consumer_settings(cfg, quiet)
+    settings["client.id"] = f"dyncc-ingest-{os.getpid()}-connect"
+    consumer = Consumer(settings)
+    deadline = time.monotonic() + cfg.connect_timeout
+    reason = "no answer"
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                consumer.list_topics(cfg.topic, timeout=min(left, 1.0))
+                return
+            except KafkaException as exc:
+                if metrics is not None:
+                    metrics.kafka_errors.labels("metadata").inc()
+                reason = _error_text(exc)
+            consumer.poll(0)  # serves the client's error callbacks: the reason of the failure
+    finally:
+        consumer.close()
+    detail = quiet.last_error or reason
+    raise ConfigError(
+        f"cannot reach Kafka broker {cfg.brokers} within {cfg.connect_timeout:g}s (--connect-timeout): {detail}"
+    )
+
+
+class KafkaLoader:
+    def __init__(self, writer: BatchWriter, cfg: KafkaConfig, stop: StopFlag) -> None:
+        from confluent_kafka import Consumer
+
+        self.writer = writer
+        self.cfg = cfg
+        self.stop = stop
+        self.metrics = writer.metrics
+        self.kafka_log = KafkaLog(kafka_logger, interval=cfg.log_interval, on_error=self._client_error)
+        self.consumer = Consumer(consumer_settings(cfg, self.kafka_log))
+        self.buffer: list[Incoming] = []
+        # groups being inserted, oldest first
+        self.inflight: deque[tuple[list[Incoming], PreparedFlush, Future[FlushResult]]] = deque()
+        self.inserters = max(1, cfg.inserters)
+        self.pool = ThreadPoolExecutor(max_workers=self.inserters, thread_name_prefix="ingest-insert")
+        # prepare() looks up the ledger in the store: the main thread waits for it here and keeps
+        # doing the housekeeping meanwhile (a hung store must not freeze the lag gauge)
+        self.prepare_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-prepare")
+        self.buffer_rows = 0
+        self.buffer_bytes = 0
+        self.buffer_since = 0.0
+        self.paused = False
+        self.backoff = cfg.backoff_initial
+        self.next_retry = 0.0
+        self.assignment: list[Any] = []
+        self.ever_assigned = False
+        self.partitions_seen: set[tuple[str, int]] = set()
+        # offsets: the group's committed offset per assigned partition (as far as known) and
+        # loaded offsets whose commit failed and is retried
+        self.committed_offsets: dict[Key, int] = {}
+        self.pending: dict[Key, int] = {}
+        self.commit_backoff = cfg.backoff_initial
+        self.next_commit_retry = 0.0
+        self._next_lag = 0.0
+        self._in_callback = False  # inside a rebalance callback: no housekeeping requests
+        self.first_message_at = 0.0  # wall clock, for the closing rate line
+        self.last_flush_at = 0.0
+        self.rows_loaded = 0
+        self.waited = 0.0  # main thread time spent waiting for an insert thread
+        self.crash_after_insert = os.environ.get(CRASH_ENV, "") not in ("", "0")
+
+    # ------------------------------------------------------------ rebalance callbacks
+
+    def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
+        self.assignment = list(partitions)
+        self.ever_assigned = True
+        for tp in partitions:
+            self.committed_offsets.pop((tp.topic, tp.partition), None)  # read again from the group
+        self._next_lag = 0.0
+        log.info("assigned %s", _tps(partitions))
+        if self.paused and partitions:
+            consumer.assign(partitions)
+            consumer.pause(partitions)
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
+        log.info("revoked %s", _tps(partitions))
+        self._in_callback = True
+        try:
+            self._settle(final=True)
+            if self.pending:
+                self._commit_pending()
+        finally:
+            self._in_callback = False
+        if self.buffer:
+            log.warning("dropping %d uncommitted messages for the next owner", len(self.buffer))
+            self._clear()
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            if self.pending.pop(key, None) is not None:
+                log.warning("%s[%d]: commit not done; the next owner skips the loaded batches", *key)
+            self.committed_offsets.pop(key, None)
+            with contextlib.suppress(KeyError):
+                self.metrics.lag.remove(tp.topic, str(tp.partition))
+        self.assignment = []
+        if self.paused:
+            self.paused = False
+            self.metrics.paused.set(0)
+
+    # ------------------------------------------------------------ main loop
+
+    def run(self) -> int:
+        c = self.consumer
+        c.subscribe([self.cfg.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        try:
+            while not self.stop.is_set():
+                self._housekeep()
+                if self.paused:
+                    m = c.poll(0.2)  # stays in the group; paused partitions deliver nothing
+                    if m is not None:
+                        self._take(m)
+                    if time.monotonic() >= self.next_retry:
+                        self._retry()
+                    continue
+                msgs = c.consume(num_messages=self.cfg.poll_messages, timeout=0.2)
+                for m in msgs:
+                    self._take(m)
+                self._reap(wait=False)
+                now = time.monotonic()
+                full = self.buffer_rows >= self.cfg.max_rows or self.buffer_bytes >= self.cfg.max_bytes
+                # An insert thread idle and enough rows (or old enough) -> go now: groups grow
+                # to whatever arrives during one insert, up to the limits.  Enough is min_rows
+                # when nothing is being inserted, else a fair share of max_rows: small
+                # concurrent inserts cost the server much more per row.
+                busy = len(self.inflight)
+                enough = self.cfg.min_rows if not busy else max(self.cfg.min_rows, self.cfg.max_rows // self.inserters)
+                ready = busy < self.inserters and (
+                    self.buffer_rows >= enough
+                    or now - self.buffer_since >= self.cfg.max_wait
+                    or (not msgs and self.cfg.drain)
+                )
+                if self.buffer and not self.paused and (full or ready):
+                    self._submit()
+                if (
+                    self.cfg.drain
+                    and not msgs
+                    and not self.buffer
+                    and not self.inflight
+                    and not self.paused
+                    and self._caught_up()
+                ):
+                    log.info("drained: lag 0 on %s", _tps(self.assignment))
+                    return 0
+            log.info("stopping (%s)", self.stop.signal_name or "stop")
+            self._settle(final=True)
+            return 0
+        finally:
+            self._settle(final=True)
+            if self.pending and not self._commit_pending():
+                log.warning("offsets left uncommitted (%s); a redelivery will be deduplicated", _offsets(self.pending))
+            self.pool.shutdown(wait=True)
+            self.prepare_pool.shutdown(wait=True)
+            if self.rows_loaded:
+                span = max(self.last_flush_at - self.first_message_at, 1e-9)
+                log.info(
+                    "loaded %d rows in %.3f s (first message %.3f -> last flush %.3f): %.0f rows/s; "
+                    "%.1f s waiting for inserts",
+                    self.rows_loaded,
+                    span,
+                    self.first_message_at,
+                    self.last_flush_at,
+                    self.rows_loaded / span,
+                    self.waited,
+                )
+            try:
+                c.close()
+            except Exception as exc:  # closing must not hide the real outcome
+                log.warning("closing the consumer: %s", exc)
+            self.kafka_log.flush()
+
+    def _take(self, m: Any) -> None:
+        err = m.error()
+        if err is not None:
+            self.metrics.kafka_errors.labels("consume").inc()
+            self.kafka_log.note(logging.WARNING, f"consume {err.name()}", f"kafka: {err}")
+            return
+        value = m.value() or b""
+        if not self.first_message_at:
+            self.first_message_at = time.time()
+        item = Incoming(value, m.topic(), m.partition(), m.offset())
+        self.writer.prescan(item)
+        if not self.buffer:
+            self.buffer_since = time.monotonic()
+        self.buffer.append(item)
+        self.buffer_rows += item.rows
+        self.buffer_bytes += len(value)
+        self.partitions_seen.add((m.topic(), m.partition()))
+
+    def _clear(self) -> None:
+        self.buffer = []
+        self.buffer_rows = 0
+        self.buffer_bytes = 0
+
+    # ------------------------------------------------------------ housekeeping
+
+    def _housekeep(self) -> None:
+        """Log summaries, commit retries and the lag gauge, whenever they are due (main thread only)."""
+        self.kafka_log.tick()
+        if self._in_callback:
+            return
+        now = time.monotonic()
+        if self.pending and now >= self.next_commit_retry:
+            self._commit_pending()
+        if now >= self._next_lag:
+            self._update_lag()
+
+    def _wait(self, future: Future[T]) -> T:
+        """future.result(), doing the housekeeping while it runs (an insert may take long)."""
+        while not future.done():
+            wait_futures([future], timeout=0.5)
+            if not future.done():
+                self._housekeep()
+        return future.result()
+
+    def _client_error(self, err: Any) -> None:
+        self.metrics.kafka_errors.labels("client").inc()
+
+    def _kafka_error(self, op: str, exc: Exception) -> None:
+        """A failed Kafka request outside the message flow: counted, logged (rate-limited), retried later."""
+        self.metrics.kafka_errors.labels(op).inc()
+        self.kafka_log.note(logging.WARNING, f"{op} failed", f"kafka {op} failed (retrying): {_error_text(exc)}")
+
+    # ------------------------------------------------------------ flushing
+
+    def _submit(self) -> None:
+        """Prepare the buffered group (overlapping the in-flight inserts), then hand it over."""
+        items = self.buffer
+        self._clear()
+        pending = [prep for _, prep, _ in self.inflight]
+        try:
+            prep = self._wait(self.prepare_pool.submit(self.writer.prepare, items, pending))
+        except StoreError as exc:  # ledger lookup failed: the store is down
+            self.buffer = items
+            self._reap(wait=True)
+            self._store_down(exc)
+            return
+        while len(self.inflight) >= self.inserters and not self.paused:
+            t_wait = time.monotonic()
+            self._reap(wait=True, oldest_only=True)
+            self.waited += time.monotonic() - t_wait
+        if self.paused:  # an in-flight insert failed: this group goes back to be retried
+            self.buffer.extend(items)
+            return
+        self.inflight.append((items, prep, self.pool.submit(self.writer.insert, prep)))
+
+    def _reap(self, wait: bool, oldest_only: bool = False) -> None:
+        """Settle finished inserts, oldest first (or wait for them); stop at one still running.
+
+        A failed insert pauses the loader: the groups in flight behind it are
+        waited for and go back to the buffer with it, uncommitted, in order.
+        """
+        while self.inflight:
+            items, prep, future = self.inflight[0]
+            if not wait and not future.done():
+                return
+            self.inflight.popleft()
+            try:
+                self._wait(future)
+            except StoreError as exc:
+                held = list(items)
+                while self.inflight:
+                    later, _, fut = self.inflight.popleft()
+                    with contextlib.suppress(StoreError):  # held and retried either way
+                        self._wait(fut)
+                    held.extend(later)
+                self.buffer = held + self.buffer
+                self._store_down(exc)
+                return
+            self._committed(items, self.writer.settle(prep))
+            if oldest_only:
+                return
+
+    def _store_down(self, exc: Exception) -> None:
+        self.metrics.retries.inc()
+        if not self.paused:
+            self.consumer.pause(self.consumer.assignment())
+            self.paused = True
+            self.metrics.paused.set(1)
+        log.warning("store unavailable (%s); paused, retrying in %.1f s", exc, self.backoff)
+        self.next_retry = time.monotonic() + self.backoff
+        self.backoff = min(self.backoff * 2, self.cfg.backoff_max)
+
+    def _retry(self) -> None:
+        """While paused: flush everything held (on an insert thread, housekeeping meanwhile); resume on success."""
+        items = self.buffer
+        try:
+            result = self._wait(self.pool.submit(self.writer.flush, items))
+        except StoreError as exc:
+            self._store_down(exc)
+            return
+        self._clear()
+        self._committed(items, result)
+        self.consumer.resume(self.consumer.assignment())
+        self.paused = False
+        self.metrics.paused.set(0)
+        log.info("store back; resumed consumption")
+
+    def _settle(self, final: bool) -> None:
+        """Finish the in-flight inserts and flush what is buffered (shutdown, rebalance)."""
+        if self.inflight:
+            self._reap(wait=True)
+        if self.buffer and not self.paused:
+            items = self.buffer
+            try:
+                result = self.writer.flush(items)
+            except StoreError as exc:
+                log.warning("store unavailable; %d messages left uncommitted for redelivery: %s", len(items), exc)
+                return
+            self._clear()
+            self._committed(items, result)
+
+    def _committed(self, items: list[Incoming], result: FlushResult) -> None:
+        """The store acknowledged `items`: commit their offsets (fault-injection hook first)."""
+        if self.crash_after_insert:
+            log.warning("%s set: SIGKILL after the insert, before the commit", CRASH_ENV)
+            logging.shutdown()
+            os.kill(os.getpid(), signal.SIGKILL)
+        ends: dict[Key, int] = {}
+        for item in items:
+            key = (item.topic, item.partition)
+            ends[key] = max(ends.get(key, -1), item.offset + 1)
+        for key, offset in ends.items():
+            self.pending[key] = max(self.pending.get(key, -1), offset)
+        done = self._commit_pending() if self.pending else True
+        log.info(
+            "flush %s; %s %s",
+            result.summary(),
+            "committed" if done else "commit failed, retrying:",
+            _offsets(ends),
+        )
+        self.rows_loaded += result.rows
+        self.last_flush_at = time.time()
+        self.backoff = self.cfg.backoff_initial
+
+    def _commit_pending(self) -> bool:
+        """Commit the loaded offsets not committed yet; True when none is left."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self.pending.items())]
+        try:
+            answer = self.consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            self._kafka_error("commit", exc)
+            self.next_commit_retry = time.monotonic() + self.commit_backoff
+            self.commit_backoff = min(self.commit_backoff * 2, self.cfg.backoff_max)
+            return False
+        failed = [tp for tp in answer or [] if tp.error is not None]
+        done = {(tp.topic, tp.partition) for tp in offsets} - {(tp.topic, tp.partition) for tp in failed}
+        for key in done:
+            self.committed_offsets[key] = self.pending.pop(key)
+        if failed:
+            self._kafka_error("commit", KafkaException(failed[0].error))
+            self.next_commit_retry = time.monotonic() + self.commit_backoff
+            self.commit_backoff = min(self.commit_backoff * 2, self.cfg.backoff_max)
+            return False
+        self.commit_backoff = self.cfg.backoff_initial
+        return True
+
+    # ------------------------------------------------------------ lag
+
+    def _lags(self) -> dict[Key, int]:
+        """high watermark - committed offset per assigned partition (those the broker did not answer for left out)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        c = self.consumer
+        keys = [(tp.topic, tp.partition) for tp in c.assignment()]
+        unknown = [key for key in keys if key not in self.committed_offsets]
+        if unknown:
+            try:
+                got = c.committed([TopicPartition(t, p) for t, p in unknown], timeout=self.cfg.kafka_timeout)
+            except KafkaException as exc:
+                self._kafka_error("committed", exc)
+                got = []
+            for tp in got:
+                if tp.error is None:
+                    self.committed_offsets[(tp.topic, tp.partition)] = tp.offset
+        out: dict[Key, int] = {}
+        for key in keys:
+            committed = self.committed_offsets.get(key)
+            if committed is None:
+                continue
+            try:
+                low, high = c.get_watermark_offsets(TopicPartition(*key), timeout=self.cfg.kafka_timeout, cached=False)
+            except KafkaException as exc:
+                self._kafka_error("watermarks", exc)
+                break  # the broker is away: keep the last values, ask again next time
+            if low < 0 or high < 0:
+                continue
+            out[key] = max(high - max(committed, low), 0)
+        return out
+
+    def _update_lag(self) -> dict[Key, int]:
+        self._next_lag = time.monotonic() + self.cfg.lag_interval
+        lags = self._lags()
+        for (topic, partition), lag in lags.items():
+            self.metrics.lag.labels(topic, str(partition)).set(lag)
+        return lags
+
+    def _caught_up(self) -> bool:
+        assignment = self.consumer.assignment()
+        if not self.ever_assigned or not assignment or self.pending:
+            return False
+        lags = self._update_lag()
+        return len(lags) == len(assignment) and all(v == 0 for v in lags.values())
+
+
+def _error_text(exc: Exception) -> str:
+    """KafkaException -> "NAME: description" (confluent-kafka wraps a KafkaError in args[0])."""
+    err = exc.args[0] if exc.args else exc
+    if hasattr(err, "name") and hasattr(err, "str"):
+        return f"{err.name()}: {err.str()}"
+    return str(err)
+
+
+def _offsets(ends: dict[Key, int]) -> str:
+    return ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(ends.items()))
+
+
+def _tps(partitions: list[Any]) -> str:
+    return ", ".join(f"{p.topic}[{p.partition}]" for p in partitions) or "nothing"

@@ -1,0 +1,202 @@
+"""The lab's control step: scoring -> publish -> edge agent, once per accelerated round.
+
+The scoring definitions are the controller's own, with the clock scaled: the
+bucket is the lab round, lookback / hold / cooldown are the production values
+expressed in buckets, and min_rtt is 0 (veth links have no propagation delay and
+tbf only adds queueing, so every lab prefix would count as low-RTT and stay on
+CUBIC).  Duty cycle and flap ratio come from controller.scoring.query; the
+decisions and DesiredState from the scoring component; configs are generated,
+validated, signed and published by controller.rollout.publish (to a directory, or to
+Kafka); the edge agent applies them (controller/lab/agent.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from controller.lab.agent import LabAgent
+from controller.lab.loop import ControlOutcome, LabOptions, PrefixScore, threshold_for
+from controller.lab.topology import Topology
+from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringConfig
+from controller.store import Store
+
+log = logging.getLogger("dyncc.lab")
+
+DAY_BUCKETS = 24 * 3600 // ROLLUP_BUCKET_SECONDS  # hold / cooldown of one day, in buckets
+
+
+def lab_scoring_config(
+    bucket_seconds: int,
+    lookback_buckets: int,
+    min_buckets: int,
+    threshold_quantile: float,
+    holdout_fraction: float,
+) -> ScoringConfig:
+    lookback = bucket_seconds * lookback_buckets
+    return ScoringConfig(
+        bucket_seconds=bucket_seconds,
+        lookback_seconds=lookback,
+        min_buckets=min_buckets,
+        min_rtt_ms=0.0,
+        threshold_quantile=threshold_quantile,
+        holdout_fraction=holdout_fraction,
+        min_hold_seconds=DAY_BUCKETS * bucket_seconds,
+        cooldown_seconds=DAY_BUCKETS * bucket_seconds,
+    ).validate()
+
+
+EXPIRE_BUCKETS = 7 * DAY_BUCKETS  # scoring's 7-day expiry, in buckets
+
+
+class RoundFailed(Exception):
+    """A scoring/publish round failed (store error); the lab goes on with the next round."""
+
+
+class LabControl:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        pop: str,
+        scoring: ScoringConfig,
+        workdir: Path,
+        agent: LabAgent | None = None,
+        kafka: str | None = None,
+        config_topic: str = "",
+        status_topic: str = "",
+    ) -> None:
+        from controller.rollout.signing import keygen
+
+        self.store = store
+        self.pop = pop
+        self.scoring = scoring
+        self.agent = agent
+        self.kafka = kafka
+        self.config_topic = config_topic
+        self.status_topic = status_topic
+        self.publish_dir = workdir / "configs"
+        self.publish_dir.mkdir(parents=True, exist_ok=True)
+        keys = workdir / "keys"
+        if (keys / "dyncc-config.key").exists():
+            self.private_key, self.public_key = keys / "dyncc-config.key", keys / "dyncc-config.pub"
+        else:
+            self.private_key, self.public_key = keygen(keys)
+
+    def round(self, round_time: dt.datetime, round_no: int) -> ControlOutcome:
+        scores: dict[str, PrefixScore] = {}
+        note = ""
+        try:
+            scores = self._score_and_publish(round_time)
+        except RoundFailed as exc:
+            note = f"round failed: {str(exc)[:120]}"
+        routes: dict[str, str] = {}
+        if self.agent is not None:
+            if self.kafka:
+                self.agent.apply_from_kafka()
+            else:
+                self.agent.apply_from_dir(self.publish_dir)
+            routes = self.agent.routes()
+        else:
+            routes = self._published_entries()
+        return ControlOutcome(scores, routes, note)
+
+    def _score_and_publish(self, round_time: dt.datetime) -> dict[str, PrefixScore]:
+        """The scoring component's round (scores, decisions, DesiredState), then the publisher."""
+        from controller.rollout.publish import publish_round
+        from controller.scoring.round import run_round
+        from controller.store import StoreError
+
+        try:
+            res = run_round(
+                self.store,
+                self.scoring,
+                now=round_time,
+                pop=self.pop,
+                expire_seconds=EXPIRE_BUCKETS * self.scoring.bucket_seconds,
+            )
+            args = self.publish_args()
+            # Config versions carry the round's time (a replay runs rounds on a shifted clock).
+            round_ns = int(round_time.timestamp() * 1e9)
+            args.clock = lambda: round_ns
+            publish_round(self.store, res.states, args)
+        except StoreError as exc:
+            log.error("round at %s failed: %s", round_time, exc)
+            raise RoundFailed(str(exc)) from exc
+        return {
+            str(r["prefix"]): PrefixScore(
+                int(r["counted_buckets"]), float(r["duty_cycle"]), float(r["flap_ratio"]), str(r["decision"])
+            )
+            for r in res.decisions.to_dict("records")
+        }
+
+    def publish_args(self) -> argparse.Namespace:
+        """Publisher options for the lab: one edge host, so no canary; durations in lab buckets."""
+        b = self.scoring.bucket_seconds
+
+        def scaled(real_seconds: int) -> str:
+            return f"{max(real_seconds * b // ROLLUP_BUCKET_SECONDS, 1)}s"
+
+        return argparse.Namespace(
+            publish_dir=None if self.kafka else self.publish_dir,
+            kafka=self.kafka,
+            config_topic=self.config_topic,
+            status_topic=self.status_topic,
+            status_group=f"{self.config_topic}-controller",
+            private_key=self.private_key,
+            staging="off",
+            soak=scaled(600),
+            wave_timeout=scaled(900),
+            baseline=scaled(900),
+            host_expiry=scaled(3600),
+            holddown=scaled(3600),
+        )
+
+    def _published_entries(self) -> dict[str, str]:
+        from schemas.congestion_pb2 import CongestionConfig
+
+        path = self.publish_dir / f"{self.pop}.cfg"
+        if not path.exists():
+            return {}
+        cfg = CongestionConfig.FromString(path.read_bytes())
+        return {e.prefix: e.algorithm for e in cfg.entries}
+
+    def close(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
+
+
+def make_control_factory(workdir: Path) -> Callable[[Store, Topology, LabOptions], LabControl]:
+    def factory(store: Store, topo: Topology, opts: LabOptions) -> LabControl:
+        q = opts.threshold_quantile if opts.threshold_quantile is not None else threshold_for(topo)
+        scoring = lab_scoring_config(
+            opts.round_seconds, opts.lookback_buckets, opts.min_buckets, q, opts.holdout_fraction
+        )
+        config_topic = f"dyncc-lab-{opts.run_id}-configs"
+        status_topic = f"dyncc-lab-{opts.run_id}-status"
+        control = LabControl(
+            store,
+            pop=opts.pop,
+            scoring=scoring,
+            workdir=workdir,
+            kafka=opts.kafka,
+            config_topic=config_topic,
+            status_topic=status_topic,
+        )
+        control.agent = LabAgent(
+            store,
+            edge_ns=topo.edge_ns,
+            pop=opts.pop,
+            host=opts.host,
+            public_key=control.public_key,
+            state_dir=workdir / "agent",
+            kafka=opts.kafka,
+            config_topic=config_topic,
+            status_topic=status_topic,
+        )
+        return control
+
+    return factory

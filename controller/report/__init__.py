@@ -1,0 +1,23 @@
+"""`dyncc report`: query the store, draw the plots, write one self-contained HTML page.
+
+Modules: data (the queries and their windows), asn (prefix -> ASN names), plots, html (the
+page), write (write_report, the library entry point; re-exported here), cli.  write_report is
+loaded on first use, so `dyncc report --help` does not load pandas and matplotlib.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from controller.report.write import ReportSummary, write_report
+
+__all__ = ["ReportSummary", "write_report"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from controller.report import write
+
+        return getattr(write, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

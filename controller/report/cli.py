@@ -1,0 +1,142 @@
+"""`dyncc report`: write the self-contained HTML report for a store (see controller/report/).
+
+Every option is checked before the store is opened (a bad time, bucket, POP name, an
+unreadable --asn-file or an unwritable --output is one line, exit 2); a --pop the store does
+not know (no telemetry, no published config) is exit 2 naming the known POPs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+from pathlib import Path
+
+from dyncc_common.errors import ConfigError
+from dyncc_common.units import parse_duration
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--clickhouse",
+        required=True,
+        metavar="URL",
+        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir",
+    )
+    parser.add_argument(
+        "-o", "--output", default="report.html", metavar="FILE", help="HTML file to write (default: report.html)"
+    )
+    parser.add_argument("--pop", default="", help="only this POP (default: all)")
+    parser.add_argument(
+        "--since",
+        metavar="TIME",
+        help="window start: ISO time (UTC unless it has an offset) or a duration "
+        "before --until such as 6h (default: 24h)",
+    )
+    parser.add_argument(
+        "--until", metavar="TIME", help="window end: ISO time (default: the end of the latest telemetry)"
+    )
+    parser.add_argument("--title", help="page title")
+    parser.add_argument(
+        "--asn-file", metavar="CSV", help="prefix,asn[,name] CSV: enables the per-ISP section (longest-prefix match)"
+    )
+    parser.add_argument(
+        "--bucket",
+        metavar="DURATION",
+        help="plot resolution, e.g. 5m or 20s (default: 5m from the rollup; finer, from "
+        "the raw table, for windows under 2 h)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def parse_time(text: str, what: str) -> dt.datetime:
+    """ISO 8601 time -> naive UTC; raises ConfigError with a one-line reason."""
+    try:
+        value = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(f"bad {what} {text!r}: use an ISO time like 2024-05-01T10:00 (UTC)") from exc
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value
+
+
+def resolve_window(since: str | None, until: str | None) -> tuple[dt.datetime | None, dt.datetime | None, float | None]:
+    """(since, until, span seconds) from the flags; a duration --since is relative to --until."""
+    end = parse_time(until, "--until") if until else None
+    if since is None:
+        return None, end, None
+    if since.strip()[:1].isdigit() and "-" not in since and ":" not in since:
+        return None, end, parse_duration(since, "--since")
+    start = parse_time(since, "--since")
+    if end is not None and start >= end:
+        raise ConfigError(f"--since {since} is not before --until {until}")
+    return start, end, None
+
+
+def check_output(path: str) -> None:
+    """ConfigError unless the report can be written at `path` (its directory is created)."""
+    out = Path(path)
+    if not path or out.is_dir():
+        raise ConfigError(f"bad --output {path!r}: give a file name")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"cannot write --output {path}: {exc.strerror or exc}") from exc
+    if not os.access(out.parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot write --output {path}: directory not writable")
+
+
+def run(args: argparse.Namespace) -> int:
+    from controller.report import data as report_data
+    from controller.report import write_report
+    from controller.report.asn import load_asn_file
+    from controller.store import open_store
+    from dyncc_common.runtime import setup_logging
+
+    setup_logging(args.verbose)
+    since, until, span = resolve_window(args.since, args.until)
+    bucket = None
+    if args.bucket:
+        bucket = int(parse_duration(args.bucket, "--bucket"))
+        if not 1 <= bucket <= 86400:
+            raise ConfigError(f"bad --bucket {args.bucket!r}: between 1s and 1d")
+    if args.pop:
+        from dyncc_common.names import check_pop
+
+        check_pop(args.pop)
+    check_output(args.output)
+    asn_table = None
+    if args.asn_file:
+        try:
+            asn_table = load_asn_file(args.asn_file)
+        except OSError as exc:
+            raise ConfigError(f"cannot read --asn-file {args.asn_file}: {exc.strerror or exc}") from exc
+        if asn_table.entries == 0:
+            raise ConfigError(f"--asn-file {args.asn_file} has no prefix,asn[,name] line")
+    store = open_store(args.clickhouse)
+    try:
+        if args.pop:
+            from controller.store.pops import require_known_pops
+
+            require_known_pops(store, [args.pop])
+        if span is not None:
+            window = report_data.default_window(report_data.data_span(store, args.pop), None, until)
+            if window is not None:
+                since, until = window.end - dt.timedelta(seconds=span), window.end
+        try:
+            summary = write_report(
+                store,
+                args.output,
+                pop=args.pop,
+                since=since,
+                until=until,
+                title=args.title,
+                asn_table=asn_table,
+                bucket_seconds=bucket,
+            )
+        except OSError as exc:
+            raise ConfigError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+    finally:
+        store.close()
+    print(summary.line())
+    return 0

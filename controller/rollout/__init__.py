@@ -1,0 +1,3 @@
+"""Configs from desired state: generate, validate, sign, publish, staged rollout, statuses."""
+
+__all__: list[str] = []

@@ -1,0 +1,445 @@
+"""The rollout engine: one step per POP per round — generate, validate, sign, publish, gate.
+
+Drives the state machine described in controller/rollout/state.py with the
+store (controller/rollout/records.py) and a config sink
+(controller/rollout/sinks.py).  Every config that leaves here was validated
+(controller/rollout/validate.py) and signed; every config generated is
+recorded in config_versions (published / rejected with its reasons /
+publish_failed); every transition is a rollout_waves row, so a restarted
+controller continues where it stopped.
+
+Versions: next = max(last version published for the POP, highest version its
+agents report in force) + 1; rejected configs do not consume a number.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controller.rollout import records as rs
+from controller.rollout.generate import (
+    ConfigDiff,
+    build_config,
+    diff_entries,
+    fingerprint,
+    generate,
+    kill_switch_config,
+)
+from controller.rollout.signing import Signer
+from controller.rollout.sinks import ConfigSink, PublishError, config_key
+from controller.rollout.state import (
+    CANARY,
+    IDLE,
+    KILLED,
+    REST,
+    GateThresholds,
+    HostReport,
+    RolloutState,
+    WindowStats,
+    available_algorithms,
+    check_wave,
+    choose_canary,
+    judge_p10,
+    known_hosts,
+    soak_remaining_ns,
+)
+from controller.rollout.validate import ValidationPolicy, validate
+from controller.scoring.desired import DesiredState
+from controller.store import Store
+from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
+
+log = logging.getLogger("dyncc.rollout")
+
+
+@dataclass
+class RolloutSettings:
+    thresholds: GateThresholds = field(default_factory=GateThresholds)
+    canary_fraction: float = 0.1
+    canary_hosts: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    inventory: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    host_expiry_ns: int = 3600 * 10**9
+    holddown_ns: int = 3600 * 10**9
+    staging: bool = True
+    lock: bool = False
+
+
+@dataclass
+class StepCounters:
+    published: dict[str, int] = field(default_factory=dict)  # kind -> count
+    rejected: int = 0
+    rollbacks: int = 0
+
+    def count(self, kind: str) -> None:
+        self.published[kind] = self.published.get(kind, 0) + 1
+
+
+class RolloutEngine:
+    def __init__(
+        self,
+        store: Store,
+        sink: ConfigSink,
+        signer: Signer,
+        policy: ValidationPolicy,
+        settings: RolloutSettings,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.store = store
+        self.sink = sink
+        self.signer = signer
+        self.policy = policy
+        self.settings = settings
+        self.clock = clock
+        self.counters = StepCounters()
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _entries(self, pop: str, version: int) -> list[PrefixEntry]:
+        if version == 0:
+            return []
+        config = rs.load_published_config(self.store, pop, version)
+        if config is None:
+            raise PublishError(f"{pop}: published config v{version} not found in config_versions")
+        return list(config.entries)
+
+    def _save(self, state: RolloutState, **changes: object) -> RolloutState:
+        new = state.moved(updated_ns=self.clock(), **changes)
+        rs.save_state(self.store, new)
+        return new
+
+    def _record(
+        self, config: CongestionConfig, status: str, kind: str, diff: ConfigDiff, reasons: Sequence[str] = ()
+    ) -> None:
+        rs.record_config(
+            self.store,
+            rs.ConfigRecord(
+                pop=config.pop,
+                version=config.version,
+                status=status,
+                kind=kind,
+                config=config,
+                created_ns=self.clock(),
+                added=len(diff.added),
+                removed=len(diff.removed),
+                changed=len(diff.changed),
+                reasons=list(reasons),
+                fingerprint=fingerprint(config.entries),
+            ),
+        )
+
+    def _reject(self, config: CongestionConfig, kind: str, diff: ConfigDiff, reasons: list[str]) -> None:
+        self._record(config, rs.REJECTED, kind, diff, reasons)
+        self.counters.rejected += 1
+        log.warning(
+            "%s: %s config v%d REJECTED, not published: %s", config.pop, kind, config.version, "; ".join(reasons)
+        )
+
+    def _publish(self, config: CongestionConfig, kind: str, diff: ConfigDiff, canary: bool = False) -> None:
+        """Sign, send, record.  A failed send is recorded (the number stays used) and raised."""
+        self.signer.sign(config)
+        try:
+            self.sink.publish(config_key(config.pop, canary), config)
+        except PublishError as exc:
+            self._record(config, rs.PUBLISH_FAILED, kind, diff, [str(exc)])
+            raise
+        self._record(config, rs.PUBLISHED, kind, diff)
+        self.counters.count(kind)
+
+    def _reports(self, pop: str, now: int) -> dict[str, HostReport]:
+        return rs.latest_reports(self.store, pop, now - self.settings.host_expiry_ns)
+
+    def _hosts(self, pop: str, latest: Mapping[str, HostReport]) -> list[str]:
+        return known_hosts(latest, self.settings.inventory.get(pop, ()))
+
+    # -- one round for one POP ----------------------------------------------------------------
+
+    def step(self, pop: str, desired: DesiredState | None) -> RolloutState:
+        now = self.clock()
+        state = rs.load_state(self.store, pop)
+        if state.phase == KILLED:
+            log.warning(
+                "%s: kill switch engaged (v%d); nothing published until 'dyncc control kill-switch --release --pop %s'",
+                pop,
+                state.stable_version,
+                pop,
+            )
+            return state
+        latest = self._reports(pop, now)
+        if state.phase in (CANARY, REST):
+            state = self._advance(state, latest, now)
+            if state.phase != IDLE:
+                return state
+        if desired is None:
+            return state
+        return self._start(state, desired, latest, now)
+
+    def _start(
+        self, state: RolloutState, desired: DesiredState, latest: Mapping[str, HostReport], now: int
+    ) -> RolloutState:
+        pop = state.pop
+        stable = self._entries(pop, state.stable_version)
+        last = rs.last_version(self.store, pop)
+        config = generate(desired, last + 1, created_at_ns=now, lock=self.settings.lock)
+        diff = diff_entries(stable, config.entries)
+        fp = fingerprint(config.entries)
+        if diff.total == 0 and len({e.prefix for e in config.entries}) == len(config.entries):
+            log.info(
+                "%s: desired state unchanged (%d prefixes, stable v%d); nothing to publish",
+                pop,
+                len(config.entries),
+                state.stable_version,
+            )
+            return state
+        if fp == state.failed_fingerprint and now - state.failed_at_ns < self.settings.holddown_ns:
+            left = (state.failed_at_ns + self.settings.holddown_ns - now) / 1e9
+            log.warning(
+                "%s: desired state equals the one rolled back %.0fs ago; held down %.0fs more",
+                pop,
+                (now - state.failed_at_ns) / 1e9,
+                left,
+            )
+            return state
+        reasons = validate(
+            config, previous=stable, last_version=last, available=available_algorithms(latest), policy=self.policy
+        )
+        if reasons:
+            self._reject(config, "candidate", diff, reasons)
+            return state
+        hosts = self._hosts(pop, latest)
+        if self.settings.staging and hosts:
+            canary = choose_canary(pop, hosts, self.settings.canary_hosts.get(pop, ()), self.settings.canary_fraction)
+            config.target_hosts.extend(canary)
+            self._publish(config, "canary", diff, canary=True)
+            log.info(
+                "%s: canary v%d (%s) to %d of %d hosts: %s",
+                pop,
+                config.version,
+                diff.summary(),
+                len(canary),
+                len(hosts),
+                ", ".join(canary),
+            )
+            return self._save(
+                state,
+                phase=CANARY,
+                event="canary",
+                rollout_id=f"{pop}-v{config.version}",
+                candidate_version=config.version,
+                wave_version=config.version,
+                wave_hosts=tuple(canary),
+                wave_started_ns=now,
+                candidate_fingerprint=fp,
+                reason=f"canary {diff.summary()} to {', '.join(canary)}",
+            )
+        self._publish(config, "full", diff)
+        why = "no known hosts" if not hosts else "staging off"
+        log.info("%s: v%d (%s) published to the whole POP (%s)", pop, config.version, diff.summary(), why)
+        return self._save(
+            state,
+            phase=IDLE,
+            event="full",
+            rollout_id=f"{pop}-v{config.version}",
+            stable_version=config.version,
+            candidate_version=config.version,
+            wave_version=config.version,
+            wave_hosts=(),
+            wave_started_ns=now,
+            candidate_fingerprint=fp,
+            reason=f"published to the whole POP ({why})",
+        )
+
+    def _advance(self, state: RolloutState, latest: Mapping[str, HostReport], now: int) -> RolloutState:
+        th = self.settings.thresholds
+        reports = rs.reports_since(self.store, state.pop, state.wave_started_ns)
+        canary = state.phase == CANARY
+        check = check_wave(
+            state.wave_version, state.wave_hosts, state.wave_started_ns, reports, now, th, missing_fails=canary
+        )
+        wave = "canary" if canary else "rest"
+        if check.status == "failed":
+            return self._rollback(state, [f"{wave} wave v{state.wave_version} failed: {r}" for r in check.reasons])
+        if check.status == "waiting":
+            log.info(
+                "%s: %s wave v%d waiting for %s (%d/%d reported success)",
+                state.pop,
+                wave,
+                state.wave_version,
+                ", ".join(check.missing),
+                len(check.succeeded),
+                len(state.wave_hosts),
+            )
+            return state
+        if not canary:
+            note = f"; no report from {', '.join(check.missing)}" if check.missing else ""
+            log.info(
+                "%s: rollout v%d complete on %d hosts%s", state.pop, state.wave_version, len(check.succeeded), note
+            )
+            return self._save(
+                state,
+                phase=IDLE,
+                event="complete",
+                stable_version=state.wave_version,
+                reason=f"complete on {len(check.succeeded)} hosts{note}",
+            )
+        remaining = soak_remaining_ns(check, now, th)
+        if remaining > 0:
+            log.info(
+                "%s: canary v%d applied on %s; soaking %.0fs more",
+                state.pop,
+                state.wave_version,
+                ", ".join(sorted(check.succeeded)),
+                remaining / 1e9,
+            )
+            return state
+        ok, why = self._judge_delivery(state, check.succeeded, now)
+        if not ok:
+            return self._rollback(state, [f"canary wave v{state.wave_version} regressed: {why}"])
+        return self._promote(state, latest, now, why)
+
+    def _judge_delivery(self, state: RolloutState, succeeded: Mapping[str, HostReport], now: int) -> tuple[bool, str]:
+        th = self.settings.thresholds
+        hosts = sorted(succeeded)
+        applied_ns = max((r.reported_ns for r in succeeded.values()), default=state.wave_started_ns)
+        before_window = (state.wave_started_ns - th.baseline_ns, state.wave_started_ns)
+        after_window = (max(applied_ns, state.wave_started_ns), now)
+        stable = self._entries(state.pop, state.stable_version)
+        candidate = self._entries(state.pop, state.candidate_version)
+        changed = diff_entries(stable, candidate).prefixes
+
+        def windows(prefixes: list[str] | None) -> tuple[WindowStats, WindowStats]:
+            return (
+                rs.p10_window(self.store, state.pop, hosts, *before_window, prefixes),
+                rs.p10_window(self.store, state.pop, hosts, *after_window, prefixes),
+            )
+
+        before, after = windows(changed)
+        scope = f"{len(changed)} changed prefixes"
+        if min(before.samples, after.samples) < th.min_samples:
+            before, after = windows(None)
+            scope = "all flows"
+        ok, why = judge_p10(before, after, th)
+        return ok, f"{why} on {', '.join(hosts)} ({scope})"
+
+    def _promote(self, state: RolloutState, latest: Mapping[str, HostReport], now: int, why: str) -> RolloutState:
+        pop = state.pop
+        stable = self._entries(pop, state.stable_version)
+        candidate = self._entries(pop, state.candidate_version)
+        last = rs.last_version(self.store, pop)
+        config = build_config(
+            pop, last + 1, candidate, created_at_ns=now, round_id=f"promote-v{state.candidate_version}"
+        )
+        diff = diff_entries(stable, config.entries)
+        reasons = validate(
+            config, previous=stable, last_version=last, available=available_algorithms(latest), policy=self.policy
+        )
+        if reasons:
+            self._reject(config, "promote", diff, reasons)
+            return self._rollback(state, [f"promotion of v{state.candidate_version} rejected: {r}" for r in reasons])
+        self._publish(config, "promote", diff)
+        hosts = tuple(self._hosts(pop, latest))
+        log.info(
+            "%s: canary v%d passed (%s); promoted as v%d to all %d hosts",
+            pop,
+            state.candidate_version,
+            why,
+            config.version,
+            len(hosts),
+        )
+        return self._save(
+            state,
+            phase=REST,
+            event="promote",
+            wave_version=config.version,
+            wave_hosts=hosts,
+            wave_started_ns=now,
+            reason=f"canary passed: {why}",
+        )
+
+    def _rollback(self, state: RolloutState, reasons: list[str]) -> RolloutState:
+        """Re-publish the stable entries POP-wide as a new, higher version."""
+        pop = state.pop
+        now = self.clock()
+        stable = self._entries(pop, state.stable_version)
+        candidate = self._entries(pop, state.candidate_version)
+        last = rs.last_version(self.store, pop)
+        config = build_config(
+            pop, last + 1, stable, created_at_ns=now, round_id=f"rollback-of-v{state.candidate_version}"
+        )
+        diff = diff_entries(candidate, config.entries)
+        # The change limit does not apply to going back; structure and deny rules still do.
+        problems = validate(config, previous=None, last_version=last, available=None, policy=self.policy)
+        if problems:
+            self._reject(config, "rollback", diff, problems)
+            log.error(
+                "%s: ROLLBACK of v%d could not be published (%s); retrying next round — "
+                "consider 'dyncc control kill-switch --pop %s'",
+                pop,
+                state.candidate_version,
+                "; ".join(problems),
+                pop,
+            )
+            return self._save(state, event="rollback_rejected", reason="; ".join(reasons + problems))
+        self._publish(config, "rollback", diff)
+        self.counters.rollbacks += 1
+        log.warning(
+            "%s: ROLLED BACK v%d -> v%d (= stable v%d, %d prefixes): %s",
+            pop,
+            state.candidate_version,
+            config.version,
+            state.stable_version,
+            len(stable),
+            "; ".join(reasons),
+        )
+        return self._save(
+            state,
+            phase=IDLE,
+            event="rollback",
+            stable_version=config.version,
+            wave_version=config.version,
+            wave_hosts=(),
+            wave_started_ns=now,
+            failed_fingerprint=state.candidate_fingerprint,
+            failed_at_ns=now,
+            reason="; ".join(reasons),
+        )
+
+    # -- operator actions ---------------------------------------------------------------------
+
+    def kill(self, pop: str) -> int:
+        """Publish an empty signed kill-switch config POP-wide; the POP stays killed until released."""
+        now = self.clock()
+        state = rs.load_state(self.store, pop)
+        last = rs.last_version(self.store, pop)
+        config = kill_switch_config(pop, last + 1, created_at_ns=now)
+        try:  # informational only: a kill switch must not depend on old records
+            previous = self._entries(pop, state.wave_version or state.stable_version)
+        except PublishError:
+            previous = []
+        diff = diff_entries(previous, config.entries)
+        reasons = validate(config, previous=None, last_version=last, available=None, policy=self.policy)
+        if reasons:
+            self._reject(config, "kill_switch", diff, reasons)
+            raise PublishError(f"{pop}: kill switch config rejected: {'; '.join(reasons)}")
+        self._publish(config, "kill_switch", diff)
+        self._save(
+            state,
+            phase=KILLED,
+            event="kill",
+            stable_version=config.version,
+            wave_version=config.version,
+            wave_hosts=(),
+            wave_started_ns=now,
+            reason="kill switch",
+        )
+        log.warning("%s: KILL SWITCH v%d published: agents remove every owned route", pop, config.version)
+        return config.version
+
+    def release(self, pop: str) -> RolloutState:
+        state = rs.load_state(self.store, pop)
+        if state.phase != KILLED:
+            log.info("%s: kill switch not engaged (phase %s); nothing to release", pop, state.phase)
+            return state
+        log.info("%s: kill switch released; the next round rolls the desired state out from empty", pop)
+        return self._save(state, phase=IDLE, event="release", reason="kill switch released")

@@ -1,0 +1,239 @@
+"""Validation of a generated config before anything is published.
+
+Pure functions, no I/O.  The generated config is treated as untrusted input:
+`validate()` returns every reason it must not be published (empty = valid).
+Each reason is "code: detail"; the codes are stable (tests and dashboards use
+them):
+
+    bad_pop                  POP name empty or not [A-Za-z0-9_.-]
+    version_not_increasing   version <= the last published version of the POP
+    kill_switch_with_entries a kill-switch config must be empty
+    invalid_prefix           not an IP network at all
+    not_canonical            host bits set / non-canonical spelling (ip_network(strict=True) + str())
+    default_route            /0
+    host_route               /32 (IPv4) or /128 (IPv6)
+    bad_length               not the configured length (default /24 IPv4, /56 IPv6)
+    denied                   overlaps a denied range (configured --deny, or built in)
+    duplicate                the same prefix more than once (a duplicated query row)
+    algorithm_not_allowed    algorithm outside the allowed set
+    algorithm_not_available  some agent of the POP does not report the algorithm available
+    over_cap                 more entries than the per-POP cap
+    change_too_large         more changes than allowed this round (see below)
+
+Change limit: the number of changed prefixes (added + removed + algorithm/lock
+changed, against the last published POP-wide config) must be
+<= floor(max_change_fraction * max(previous entry count, change_floor)).
+Defaults 0.5 and 200: from an empty POP at most 100 prefixes go in per round,
+after that at most half of the current set changes per round.  A rejected
+round publishes nothing, so a larger change needs the operator to raise the
+limits (`--max-change-fraction`, `--change-floor`) for that round.
+
+Availability: the algorithms every agent of the POP reports available
+(intersection of their latest `available_congestion_controls`).  When no agent
+of the POP has reported yet (`available=None`) only the allowed set applies:
+the first config is what brings agents to report, and an agent lacking an
+algorithm fails the whole apply (all-or-nothing) and reports it.
+
+Deny overlap is checked both ways: a prefix inside a denied range, or a
+denied range (e.g. an anycast /32) inside a prefix.  Built-in denied ranges
+(loopback, link-local, multicast, unspecified, reserved, IPv4-mapped) can never
+be client prefixes.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import re
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from controller.rollout.generate import diff_entries
+from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+POP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+BUILTIN_DENY: tuple[IPNetwork, ...] = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "224.0.0.0/4",
+        "240.0.0.0/4",
+        "::/127",
+        "::ffff:0:0/96",
+        "fe80::/10",
+        "ff00::/8",
+    )
+)
+
+MAX_EXAMPLES = 5  # per reason code; the rest are counted
+
+
+@dataclass(frozen=True)
+class ValidationPolicy:
+    v4_length: int = 24
+    v6_length: int = 56
+    deny: tuple[IPNetwork, ...] = ()
+    max_per_pop: int = 5000
+    max_change_fraction: float = 0.5
+    change_floor: int = 200
+    allowed_algorithms: frozenset[str] = frozenset({"bbr", "cubic"})
+    check_change: bool = True
+
+    def denied_ranges(self) -> tuple[IPNetwork, ...]:
+        return BUILTIN_DENY + self.deny
+
+    @functools.cached_property
+    def denied_intervals(self) -> dict[int, tuple[tuple[int, int, IPNetwork], ...]]:
+        """IP version -> (first, last address as int, range) of every denied range."""
+        out: dict[int, list[tuple[int, int, IPNetwork]]] = {4: [], 6: []}
+        for net in self.denied_ranges():
+            out[net.version].append((int(net.network_address), int(net.broadcast_address), net))
+        return {version: tuple(ranges) for version, ranges in out.items()}
+
+    def change_limit(self, previous_count: int) -> int:
+        return int(self.max_change_fraction * max(previous_count, self.change_floor))
+
+
+@dataclass
+class _Reasons:
+    by_code: dict[str, list[str]] = field(default_factory=dict)
+
+    def add(self, code: str, detail: str) -> None:
+        self.by_code.setdefault(code, []).append(detail)
+
+    def render(self) -> list[str]:
+        out = []
+        for code, details in self.by_code.items():
+            for detail in details[:MAX_EXAMPLES]:
+                out.append(f"{code}: {detail}")
+            if len(details) > MAX_EXAMPLES:
+                out.append(f"{code}: ... and {len(details) - MAX_EXAMPLES} more")
+        return out
+
+
+def parse_deny(cidrs: Iterable[str]) -> tuple[IPNetwork, ...]:
+    """Parse --deny values (non-strict: 198.51.100.7/24 means its /24); ValueError names the bad one."""
+    out = []
+    for text in cidrs:
+        try:
+            out.append(ipaddress.ip_network(text.strip(), strict=False))
+        except ValueError as exc:
+            raise ValueError(f"bad deny range {text!r}: {exc}") from exc
+    return tuple(out)
+
+
+def _overlapping(net: IPNetwork, policy: ValidationPolicy) -> IPNetwork | None:
+    """The first denied range sharing an address with `net` (either inside the other), or None."""
+    lo, hi = int(net.network_address), int(net.broadcast_address)
+    for first, last, deny in policy.denied_intervals[net.version]:  # = net.overlaps(deny), faster
+        if first <= hi and lo <= last:
+            return deny
+    return None
+
+
+def prefix_problem(text: str, policy: ValidationPolicy) -> tuple[str, str] | None:
+    """Why validation refuses the prefix `text` as (code, detail), or None when it may be published.
+
+    The one per-prefix rule: `validate` applies it to every entry of a config, and the
+    controller applies it before a config is built (controller/scoring/decide.py) so a
+    refused prefix is dropped with its reason instead of rejecting the POP's whole config.
+    """
+    try:
+        net = ipaddress.ip_network(text, strict=True)
+    except ValueError as exc:
+        try:
+            loose = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            return "invalid_prefix", f"{text!r} is not an IP network ({exc})"
+        return "not_canonical", f"{text!r} has host bits set (canonical {loose})"
+    if str(net) != text:
+        return "not_canonical", f"{text!r} is not canonical (canonical {net})"
+    if net.prefixlen == 0:
+        return "default_route", f"{text} is a default route"
+    if net.prefixlen == net.max_prefixlen:
+        return "host_route", f"{text} is a host route"
+    want = policy.v4_length if net.version == 4 else policy.v6_length
+    if net.prefixlen != want:
+        return "bad_length", f"{text} is /{net.prefixlen}, IPv{net.version} prefixes must be /{want}"
+    hit = _overlapping(net, policy)
+    if hit is not None:
+        return "denied", f"{text} overlaps denied range {hit}"
+    return None
+
+
+def _check_prefix(entry: PrefixEntry, policy: ValidationPolicy, reasons: _Reasons) -> None:
+    problem = prefix_problem(entry.prefix, policy)
+    if problem is not None:
+        reasons.add(*problem)
+
+
+def validate(
+    config: CongestionConfig,
+    *,
+    previous: Sequence[PrefixEntry] | None,
+    last_version: int,
+    available: frozenset[str] | None,
+    policy: ValidationPolicy,
+) -> list[str]:
+    """Every reason `config` must not be published; [] when it is valid.
+
+    previous: the entries of the POP's last published POP-wide config (None = skip
+    the change limit, e.g. for a rollback to a known-good state).
+    last_version: the highest version published for the POP (0 = none).
+    available: algorithms every agent of the POP reports (None = no agent reported).
+    """
+    reasons = _Reasons()
+    if not POP_NAME.match(config.pop):
+        reasons.add("bad_pop", f"POP name {config.pop!r} must match {POP_NAME.pattern}")
+    if config.version <= last_version:
+        reasons.add(
+            "version_not_increasing", f"version {config.version} is not above the last published {last_version}"
+        )
+    if config.kill_switch and len(config.entries):
+        reasons.add("kill_switch_with_entries", f"kill-switch config has {len(config.entries)} entries")
+
+    counts = Counter(e.prefix for e in config.entries)
+    for prefix, n in counts.items():
+        if n > 1:
+            reasons.add("duplicate", f"{prefix} appears {n} times")
+    seen: set[str] = set()
+    for entry in config.entries:
+        if entry.prefix in seen:
+            continue
+        seen.add(entry.prefix)
+        _check_prefix(entry, policy, reasons)
+
+    algorithms = Counter(e.algorithm for e in config.entries)
+    for algorithm, n in sorted(algorithms.items()):
+        if algorithm not in policy.allowed_algorithms:
+            reasons.add(
+                "algorithm_not_allowed",
+                f"{algorithm!r} ({n} prefixes) is not in the allowed set {sorted(policy.allowed_algorithms)}",
+            )
+        elif available is not None and algorithm not in available:
+            reasons.add(
+                "algorithm_not_available",
+                f"{algorithm!r} ({n} prefixes) is not available on every agent of the POP "
+                f"(all have {sorted(available)})",
+            )
+
+    if len(counts) > policy.max_per_pop:
+        reasons.add("over_cap", f"{len(counts)} prefixes exceed the per-POP cap {policy.max_per_pop}")
+
+    if policy.check_change and previous is not None:
+        diff = diff_entries(previous, config.entries)
+        limit = policy.change_limit(len({e.prefix for e in previous}))
+        if diff.total > limit:
+            reasons.add(
+                "change_too_large",
+                f"{diff.total} changes ({diff.summary()}) exceed the limit {limit} "
+                f"({policy.max_change_fraction:g} x max({len(previous)} previous, "
+                f"floor {policy.change_floor}))",
+            )
+    return reasons.render()

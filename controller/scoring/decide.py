@@ -1,0 +1,359 @@
+"""The controller's decisions per prefix: pure pandas, no I/O.
+
+Input: the round's scores (one row per prefix, controller/scoring/query.py), the
+previous state (controller/scoring/state.py: who is on BBR since when, holdouts,
+cooldowns, baselines), the round time and the configuration.  Output: one row per
+prefix with a decision and its reason:
+
+  select   moves to BBR this round (a candidate, within the caps)
+  keep     stays on BBR (min hold not over, or its effect is not negative)
+  revert   back to CUBIC: after the min hold its low-percentile delivery rate got
+           worse than before BBR and worse than the holdout group's change (then a
+           cooldown blocks it), or it has not been seen for `expire`
+  holdout  a candidate kept on CUBIC as the control group (stable hash choice)
+  skip     stays on CUBIC: not a candidate, too little data, low RTT, cooldown, capped,
+           or denied: config validation would refuse the prefix (`refuse`)
+
+Candidate: counted_buckets >= min_buckets, duty_cycle >= min_duty,
+flap_ratio <= max_flap, and not low-RTT (the per-bucket median min_rtt is below
+min_rtt_ms in more than half of the counted buckets, i.e. its median is).  Effect of a prefix:
+low_delivery_rate now / low_delivery_rate when it was selected (its baseline);
+the holdout change is the median of the same ratio over the POP's holdouts that
+have been held at least min_hold.  Times are epoch seconds; 0 means "not set".
+
+`refuse(prefix)` (optional) says why config validation would refuse a prefix
+(controller/rollout/validate.py `prefix_problem`: deny list, built-in ranges,
+length, canonical form) or None.  A refused prefix is never a candidate nor a
+holdout; it is skipped with the reason "denied: ...", and reverted (no cooldown)
+when it was on BBR, so it never reaches a config.  Only candidates and prefixes
+carrying state are asked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from controller.scoring.settings import ScoringConfig
+from schemas.addresses import prefix_family
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+SELECT, KEEP, REVERT, HOLDOUT, SKIP = "select", "keep", "revert", "holdout", "skip"
+ON_BBR = (SELECT, KEEP)
+
+# State columns carried from round to round (see sql/migrations/003_controller.sql).
+STATE_COLUMNS: dict[str, str] = {
+    "pop": "object",
+    "prefix": "object",
+    "decision": "object",
+    "selected_since": "int64",
+    "holdout_since": "int64",
+    "cooldown_until": "int64",
+    "last_seen": "int64",
+    "baseline_low_rate": "float64",
+}
+
+EXPIRE_SECONDS_DEFAULT = 7 * 86400
+
+
+@dataclass(frozen=True)
+class PopSummary:
+    pop: str
+    scored: int
+    selected: int  # on BBR after the round (select + keep)
+    new: int
+    kept: int
+    reverted: int
+    holdout: int
+    skipped: int
+    holdout_change: float
+
+
+def holdout_hash(pop: str, prefix: str, salt: str) -> float:
+    """A stable number in [0, 1) for (pop, prefix): below holdout_fraction = control group."""
+    digest = hashlib.blake2b(f"{salt}|{pop}|{prefix}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
+
+
+def empty_state() -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame({name: pd.Series([], dtype=dtype) for name, dtype in STATE_COLUMNS.items()})
+
+
+def _fmt_rate(bytes_per_s: float) -> str:
+    if not math.isfinite(bytes_per_s):
+        return "n/a"
+    return f"{bytes_per_s * 8 / 1e6:.2f} Mbit/s"
+
+
+def _fmt_hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h"
+
+
+def decide(
+    scores: pd.DataFrame,
+    previous: pd.DataFrame,
+    now: int,
+    cfg: ScoringConfig,
+    expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
+    refuse: Callable[[str], str | None] | None = None,
+) -> pd.DataFrame:
+    """Decisions for every scored or stateful prefix; see the module docstring.
+
+    `scores`: columns of controller.scoring.query.SCORE_COLUMNS; `previous`:
+    STATE_COLUMNS (the previous round's rows).  Returns one row per (pop, prefix)
+    with the score columns, decision, algorithm, reason, holdout and the new state.
+    """
+    import pandas as pd
+
+    from controller.scoring.query import SCORE_COLUMNS, normalize_scores
+
+    scores = normalize_scores(scores)
+    prev = previous.loc[:, list(STATE_COLUMNS)].copy() if len(previous) else empty_state()
+    prev = prev.rename(columns={"decision": "prev_decision"})
+    df = scores.merge(prev, on=["pop", "prefix"], how="outer", indicator=True)
+    df = df.sort_values(["pop", "prefix"], kind="stable").reset_index(drop=True)
+    scored = (df["_merge"] != "right_only").to_numpy()
+    df = df.drop(columns="_merge")
+    for name, dtype in SCORE_COLUMNS.items():
+        if name in ("pop", "prefix"):
+            continue
+        fill = 0 if dtype == "int64" else math.nan
+        df[name] = df[name].fillna(fill).astype(np.dtype(dtype))
+    if not scored.all():  # rows carried from the state without data: their prefix's family, not 0
+        df.loc[~scored, "family"] = np.array([prefix_family(str(p)) for p in df.loc[~scored, "prefix"]], "int64")
+    df["prev_decision"] = df["prev_decision"].fillna("").astype(object)
+    for name in ("selected_since", "holdout_since", "cooldown_until", "last_seen"):
+        df[name] = df[name].fillna(0).astype("int64")
+    df["baseline_low_rate"] = df["baseline_low_rate"].astype("float64")
+
+    n = len(df)
+    prev_dec = df["prev_decision"].to_numpy()
+    counted = df["counted_buckets"].to_numpy()
+    duty = df["duty_cycle"].to_numpy()
+    flap = df["flap_ratio"].to_numpy()
+    rtt = df["median_min_rtt_ms"].to_numpy()
+    low = df["low_delivery_rate"].to_numpy()
+    baseline = df["baseline_low_rate"].to_numpy()
+    selected_since = df["selected_since"].to_numpy().copy()
+    holdout_since = df["holdout_since"].to_numpy().copy()
+    cooldown_until = df["cooldown_until"].to_numpy().copy()
+    last_seen = df["last_seen"].to_numpy().copy()
+    seen = scored & (df["samples"].to_numpy() > 0)
+    last_seen[seen] = now
+
+    was_bbr = np.isin(prev_dec, ON_BBR)
+    was_holdout = prev_dec == HOLDOUT
+    in_cooldown = cooldown_until > now
+    eligible = scored & (counted >= cfg.min_buckets)
+    measurable = eligible & np.isfinite(low) & (low > 0)
+    low_rtt = eligible & (df["low_rtt_buckets"].to_numpy() * 2 > counted)  # median min_rtt below
+    candidate = eligible & ~low_rtt & (duty >= cfg.min_duty) & (flap <= cfg.max_flap)
+    pops = df["pop"].to_numpy()
+    prefixes = df["prefix"].to_numpy()
+    denied = np.full(n, "", dtype=object)
+    if refuse is not None:
+        for j in np.flatnonzero(candidate | was_bbr | was_holdout):
+            denied[j] = refuse(str(prefixes[j])) or ""
+    refused = denied != ""
+    candidate &= ~refused
+    hashed = np.zeros(n, dtype=bool)
+    for j in np.flatnonzero((candidate | was_holdout) & ~was_bbr):
+        hashed[j] = holdout_hash(pops[j], prefixes[j], cfg.holdout_salt) < cfg.holdout_fraction
+    expired = (~seen) & (last_seen > 0) & (now - last_seen >= expire_seconds)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        effect = np.where(measurable & (baseline > 0), low / baseline, math.nan)
+
+    decision = np.full(n, SKIP, dtype=object)
+    reason = np.full(n, "", dtype=object)
+
+    # Holdouts: candidates in the hash group, and earlier holdouts that are still seen.
+    holdout = hashed & ~was_bbr & ~in_cooldown & ~refused & (candidate | (was_holdout & ~expired))
+    new_holdout = holdout & ~was_holdout
+    holdout_since[new_holdout] = now
+    baseline_out = baseline.copy()
+    baseline_out[new_holdout] = low[new_holdout]
+    holdout_since[~holdout] = 0
+
+    # The holdout group's change, per POP, over holdouts held at least min_hold.
+    mature_holdout = holdout & ~new_holdout & (now - holdout_since >= cfg.min_hold_seconds) & np.isfinite(effect)
+    holdout_change = np.full(n, math.nan)
+    for pop in np.unique(pops):
+        in_pop = pops == pop
+        values = effect[in_pop & mature_holdout]
+        holdout_change[in_pop] = float(np.median(values)) if len(values) else math.nan
+
+    # Prefixes on BBR: hold, then revert only on a measured negative effect.
+    held = was_bbr & (now - selected_since < cfg.min_hold_seconds)
+    worse_than_before = effect < 1.0 - cfg.revert_margin
+    worse_than_holdout = ~np.isfinite(holdout_change) | (effect < holdout_change - cfg.revert_margin)
+    revert_denied = was_bbr & refused
+    revert_effect = was_bbr & ~held & ~refused & np.isfinite(effect) & worse_than_before & worse_than_holdout
+    revert_expired = was_bbr & ~held & ~refused & ~revert_effect & expired
+    keep = was_bbr & ~revert_effect & ~revert_expired & ~revert_denied
+
+    # New selections: candidates not on BBR, not holdout, not cooling down; capped per POP.
+    pending = candidate & ~was_bbr & ~holdout & ~in_cooldown
+    select = np.zeros(n, dtype=bool)
+    capped = np.zeros(n, dtype=bool)
+    for pop in np.unique(pops[pending]) if pending.any() else []:
+        in_pop = pops == pop
+        room = max(0, cfg.max_per_pop - int((keep & in_pop).sum()))
+        allowed = min(room, cfg.max_new_per_round)
+        idx = np.flatnonzero(pending & in_pop)
+        order = np.lexsort((prefixes[idx], low[idx], flap[idx], -duty[idx]))  # worst duty first
+        ranked = idx[order]
+        select[ranked[:allowed]] = True
+        capped[ranked[allowed:]] = True
+
+    decision[keep] = KEEP
+    decision[revert_effect | revert_expired | revert_denied] = REVERT
+    decision[holdout] = HOLDOUT
+    decision[select] = SELECT
+
+    selected_since[select] = now
+    baseline_out[select] = low[select]
+    cooldown_until[revert_effect] = now + cfg.cooldown_seconds
+    selected_since[~(keep | select)] = 0
+    clear_baseline = ~(keep | select | holdout)
+    baseline_out[clear_baseline] = math.nan
+
+    # plain lists: formatting numpy scalars one by one is slow at 200k prefixes
+    lists = {
+        "decision": decision,
+        "held": held,
+        "effect": effect,
+        "baseline": baseline,
+        "low": low,
+        "selected_since": selected_since,
+        "revert_effect": revert_effect,
+        "last_seen": last_seen,
+        "candidate": candidate,
+        "rtt": rtt,
+        "holdout_change": holdout_change,
+        "scored": scored,
+        "in_cooldown": in_cooldown,
+        "cooldown_until": cooldown_until,
+        "counted": counted,
+        "eligible": eligible,
+        "low_rtt": low_rtt,
+        "capped": capped,
+        "qualifying": df["qualifying"].to_numpy(),
+        "low_rtt_buckets": df["low_rtt_buckets"].to_numpy(),
+        "denied": denied,
+    }
+    v: dict[str, list[Any]] = {k: np.asarray(a).tolist() for k, a in lists.items()}
+    duty_s = [
+        f"duty {du:.2f} flap {fl:.2f} over {c} buckets"
+        for du, fl, c in zip(duty.tolist(), flap.tolist(), v["counted"], strict=True)
+    ]
+    for i in range(n):
+        d = v["decision"][i]
+        if d == SELECT:
+            reason[i] = (
+                f"candidate: {duty_s[i]}, min_rtt {v['rtt'][i]:.1f} ms; baseline low rate {_fmt_rate(v['low'][i])}"
+            )
+        elif d == KEEP:
+            if v["held"][i]:
+                reason[i] = (
+                    f"min hold: on BBR {_fmt_hours(now - v['selected_since'][i])} of {_fmt_hours(cfg.min_hold_seconds)}"
+                )
+            elif not math.isfinite(v["effect"][i]):
+                reason[i] = "effect not measurable this round (too little data); stays on BBR"
+            else:
+                reason[i] = (
+                    f"effect OK: low rate {_fmt_rate(v['baseline'][i])} -> {_fmt_rate(v['low'][i])} "
+                    f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f})"
+                )
+        elif d == REVERT:
+            if v["denied"][i]:
+                reason[i] = f"denied: {v['denied'][i]}"
+            elif v["revert_effect"][i]:
+                reason[i] = (
+                    f"negative effect: low rate {_fmt_rate(v['baseline'][i])} -> {_fmt_rate(v['low'][i])} "
+                    f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f}); cooldown "
+                    f"{_fmt_hours(cfg.cooldown_seconds)}"
+                )
+            else:
+                reason[i] = f"no traffic for {_fmt_hours(now - v['last_seen'][i])}: released"
+        elif d == HOLDOUT:
+            what = "candidate" if v["candidate"][i] else "earlier candidate"
+            reason[i] = f"holdout (control group, {cfg.holdout_fraction:.0%} by hash): {what}, {duty_s[i]}"
+        else:
+            reason[i] = _skip_reason(i, v, duty_s, cfg, now)
+
+    out = df[["pop", "prefix", *[c for c in SCORE_COLUMNS if c not in ("pop", "prefix")]]].copy()
+    out["decision"] = decision
+    out["algorithm"] = np.where(np.isin(decision, ON_BBR), cfg.algorithm, "cubic")
+    out["reason"] = reason
+    out["holdout"] = holdout.astype("uint8")
+    out["selected_since"] = selected_since
+    out["holdout_since"] = holdout_since
+    out["cooldown_until"] = np.where(cooldown_until > now, cooldown_until, 0)
+    out["last_seen"] = last_seen
+    out["baseline_low_rate"] = baseline_out
+    out["effect"] = effect
+    out["holdout_effect"] = holdout_change
+    out["scored"] = scored
+    # Rows worth writing: every scored prefix, plus unscored ones carrying state.
+    keep_row = scored | np.isin(decision, (*ON_BBR, HOLDOUT, REVERT)) | (out["cooldown_until"].to_numpy() > 0)
+    return pd.DataFrame(out[keep_row]).reset_index(drop=True)
+
+
+def _skip_reason(i: int, v: dict[str, list[Any]], duty_s: list[str], cfg: ScoringConfig, now: int) -> str:
+    if v["denied"][i]:
+        return f"denied: {v['denied'][i]}"
+    if v["candidate"][i] and v["in_cooldown"][i]:
+        return f"cooldown after a revert: {_fmt_hours(v['cooldown_until'][i] - now)} left"
+    if v["capped"][i]:
+        return (
+            f"capped: candidate ({duty_s[i]}) but max {cfg.max_new_per_round} new per round, {cfg.max_per_pop} per POP"
+        )
+    if v["in_cooldown"][i]:
+        return f"cooldown after a revert: {_fmt_hours(v['cooldown_until'][i] - now)} left"
+    if not v["scored"][i]:
+        return "no data in the window"
+    if int(v["qualifying"][i]) == 0:
+        return f"no qualifying flows (bytes_acked > {cfg.min_bytes} B) in the window"
+    if not v["eligible"][i]:
+        return (
+            f"too few samples: counted in {v['counted'][i]} buckets, needs {cfg.min_buckets} "
+            f"(>= {cfg.min_samples} qualifying samples per bucket)"
+        )
+    if v["low_rtt"][i]:
+        return (
+            f"low RTT: median min_rtt below {cfg.min_rtt_ms:g} ms in {v['low_rtt_buckets'][i]} of "
+            f"{v['counted'][i]} buckets (mean {v['rtt'][i]:.1f} ms)"
+        )
+    return f"not a candidate: {duty_s[i]} (needs duty >= {cfg.min_duty:g}, flap <= {cfg.max_flap:g})"
+
+
+def summarize(decisions: pd.DataFrame) -> list[PopSummary]:
+    """Per-POP counts of a round's decisions (for the log line and the metrics)."""
+    out = []
+    for pop, group in decisions.groupby("pop", sort=True):
+        dec = group["decision"]
+        changes = group["holdout_effect"].dropna()
+        out.append(
+            PopSummary(
+                pop=str(pop),
+                scored=int(group["scored"].sum()),
+                selected=int(dec.isin(ON_BBR).sum()),
+                new=int((dec == SELECT).sum()),
+                kept=int((dec == KEEP).sum()),
+                reverted=int((dec == REVERT).sum()),
+                holdout=int((dec == HOLDOUT).sum()),
+                skipped=int((dec == SKIP).sum()),
+                holdout_change=float(changes.iloc[0]) if len(changes) else math.nan,
+            )
+        )
+    return out

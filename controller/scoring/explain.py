@@ -1,0 +1,135 @@
+"""`dyncc control explain`: why a prefix got its decision, for people.
+
+Prints the prefix's bucket timeline (statistic, POP threshold, bad/good), its
+scores against the candidate rules, the decision a round would make now (a dry
+run: nothing is written), and the last decision recorded in `selections`.
+`check_prefix` validates the --prefix argument (before the store is opened).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import math
+from typing import TYPE_CHECKING, Any
+
+from controller.scoring.query import epoch_seconds, prefix_timeline, refresh, window_for
+from controller.scoring.round import run_round
+from controller.scoring.settings import ScoringConfig
+from dyncc_common.errors import ConfigError
+from schemas.addresses import mapped_to_ipv4
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from controller.store import Store
+
+
+def check_prefix(text: str) -> str:
+    """The canonical form of a client prefix ('203.0.113.0/24', '2001:db8:0:100::/56');
+    ConfigError when it is not one (no length, not an address, host bits set)."""
+    value = text.strip()
+    example = "e.g. 203.0.113.0/24 or 2001:db8:0:100::/56"
+    if "/" not in value:
+        raise ConfigError(f"bad --prefix {text!r}: give a prefix with its length, {example}")
+    try:
+        net = ipaddress.ip_network(value)
+    except ValueError:
+        try:
+            wider = ipaddress.ip_network(value, strict=False)
+        except ValueError:
+            raise ConfigError(f"bad --prefix {text!r}: not an IP prefix, {example}") from None
+        raise ConfigError(f"bad --prefix {text!r}: host bits set, did you mean {wider}?") from None
+    return str(net)
+
+
+def _rate(bytes_per_s: Any) -> str:
+    value = float(bytes_per_s)
+    return "-" if not math.isfinite(value) else f"{value * 8 / 1e6:9.2f} Mbit/s"
+
+
+def format_timeline(timeline: pd.DataFrame, start: dt.datetime, buckets: int, bucket_seconds: int) -> list[str]:
+    """One line per bucket of the window; buckets without data say so."""
+    by_bucket: dict[int, dict[Any, Any]] = {}
+    for record in timeline.to_dict("records"):
+        by_bucket[epoch_seconds(_as_datetime(record["bucket"]))] = dict(record)
+    header = f"{'bucket (UTC)':<17} {'samples':>7} {'qualif.':>7}  {'statistic':>16}  {'threshold':>16}"
+    lines = [f"  {header}  state"]
+    first = epoch_seconds(start)
+    for i in range(buckets):
+        ts = first + i * bucket_seconds
+        when = dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
+        row = by_bucket.get(ts)
+        if row is None:
+            lines.append(f"  {when:<17} {'0':>7} {'0':>7}  {'-':>16}  {'-':>16}  no data")
+            continue
+        counted = bool(row["counted"])
+        state = "not counted (too few qualifying samples)"
+        if counted:
+            state = "BAD" if bool(row["bad"]) else "good"
+        lines.append(
+            f"  {when:<17} {int(row['samples']):>7} {int(row['qualifying']):>7}  "
+            f"{_rate(row['stat']) if counted else '-':>16}  {_rate(row['threshold']):>16}  {state}"
+        )
+    return lines
+
+
+def _as_datetime(value: Any) -> dt.datetime:
+    import pandas as pd
+
+    ts = pd.Timestamp(value)
+    return (ts.tz_localize("UTC") if ts.tzinfo is None else ts).to_pydatetime()
+
+
+def explain(store: Store, cfg: ScoringConfig, pop: str, prefix: str, now: dt.datetime) -> str:
+    """The explanation text for one (pop, prefix) at `now`."""
+    prefix = mapped_to_ipv4(prefix)  # an IPv4 client on IPv6 sockets is its IPv4 prefix
+    window = window_for(now, cfg)
+    source = "rollup tcpinfo_5m" if cfg.uses_rollup else f"raw tcpinfo, bytes_acked > {cfg.min_bytes}"
+    out = [
+        f"prefix {prefix} at POP {pop}",
+        f"window {window.start:%Y-%m-%d %H:%M} - {window.end:%H:%M} UTC: {window.buckets} buckets of "
+        f"{cfg.bucket_seconds} s from the {source}",
+        f"a bucket counts with >= {cfg.min_samples} qualifying samples; bad = median delivery rate below the "
+        f"POP's {cfg.threshold_quantile:.0%} percentile of prefix medians in that bucket",
+        "",
+    ]
+    result = run_round(store, cfg, now, pop=pop, dry_run=True)
+    keys = refresh(store, cfg, window, pop, result.round_time_ns)
+    timeline = prefix_timeline(store, cfg, window, pop, prefix, keys)
+    out.extend(format_timeline(timeline, window.start, window.buckets, cfg.bucket_seconds))
+    out.append("")
+    rows = result.decisions[result.decisions["prefix"] == prefix]
+    if rows.empty:
+        out.append("scores: the prefix has no data in the window and no state: nothing to decide")
+    else:
+        r = rows.iloc[0]
+        out.append(
+            f"scores: counted {int(r['counted_buckets'])} of {window.buckets} buckets "
+            f"(needs {cfg.min_buckets}), "
+            f"bad {int(r['bad_buckets'])}, bad<->good changes {int(r['transitions'])}"
+        )
+        out.append(
+            f"  duty cycle {r['duty_cycle']:.2f} (candidate >= {cfg.min_duty:g}), "
+            f"flap ratio {r['flap_ratio']:.2f} (candidate <= {cfg.max_flap:g})"
+        )
+        out.append(
+            f"  median delivery rate {_rate(r['median_delivery_rate']).strip()}, low (p10) "
+            f"{_rate(r['low_delivery_rate']).strip()}, median min_rtt {r['median_min_rtt_ms']:.1f} ms "
+            f"(low RTT below {cfg.min_rtt_ms:g} ms)"
+        )
+        out.append(f"decision now (dry run): {r['decision']} -> {r['algorithm']}: {r['reason']}")
+    out.append(_last_recorded(store, pop, prefix))
+    return "\n".join(out)
+
+
+def _last_recorded(store: Store, pop: str, prefix: str) -> str:
+    rows = store.query_rows(
+        "SELECT round_id, round_time, decision, reason FROM selections "
+        "WHERE pop = %(pop)s AND prefix = %(prefix)s ORDER BY round_time_ns DESC LIMIT 1",
+        {"pop": pop, "prefix": prefix},
+    )
+    if not rows:
+        return "last recorded decision: none"
+    round_id, round_time, decision, reason = rows[0]
+    return f"last recorded decision: {decision} in round {round_id} ({round_time}): {reason}"

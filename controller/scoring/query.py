@@ -1,0 +1,270 @@
+"""Run the scoring SQL (sql/queries/scoring_*.sql) on a store and return DataFrames.
+
+The SQL does the heavy part inside ClickHouse 18.16 / chDB.  Per round:
+  1. refresh: per (pop, bucket) sample counts in the source (the 5-minute rollup,
+     or raw tcpinfo when the bucket / qualifying threshold differ from the
+     rollup's) are compared with the scoring_buckets cache; buckets that are new
+     or changed get their per-prefix statistics recomputed into the cache (only
+     the newest bucket or two in steady state: merging millions of quantile
+     states every round is what makes a full rescore slow).  Only the newest
+     RECHECK_BUCKETS buckets are re-checked against the source each round;
+     data arriving later than that for an older bucket is not seen;
+  2. score: thresholds per (pop, bucket), bad/good, duty cycle and flap ratio per
+     prefix from the cache (scoring_timeline.sql, scoring_prefixes.sql).
+A prefix is one client network: the source rows of its socket families (an IPv4
+client on IPv4 and on IPv6 sockets, ::ffff:a.b.c.d, has the same IPv4 prefix)
+are merged, and `family` is the prefix's (2 or 10, from its text).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from controller.scoring.settings import ScoringConfig
+from controller.store.sql import query, quote
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from controller.store import Store
+
+log = logging.getLogger("dyncc.scoring")
+
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+REFRESH_CHUNK = 4  # (pop, bucket)s per cache INSERT
+RECHECK_BUCKETS = 6  # the newest buckets compared with the source every round (late data)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The lookback window [start, end): whole buckets ending at the last bucket boundary."""
+
+    start: dt.datetime
+    end: dt.datetime
+    bucket_seconds: int
+
+    @property
+    def buckets(self) -> int:
+        return int((self.end - self.start).total_seconds()) // self.bucket_seconds
+
+
+def epoch_seconds(when: dt.datetime) -> int:
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int((when - EPOCH).total_seconds())
+
+
+def from_epoch(seconds: int) -> dt.datetime:
+    return EPOCH + dt.timedelta(seconds=int(seconds))
+
+
+def window_for(now: dt.datetime, cfg: ScoringConfig) -> Window:
+    """The window that a round at `now` scores (the bucket in progress is left out)."""
+    now_s = epoch_seconds(now)
+    end = from_epoch(now_s - now_s % cfg.bucket_seconds)
+    return Window(end - dt.timedelta(seconds=cfg.lookback_seconds), end, cfg.bucket_seconds)
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    pop: str
+    bucket_ts: int  # epoch seconds of the bucket start
+    version: int
+
+
+def _sql(name: str) -> str:
+    """A query file without its comment lines (so it can be nested in another)."""
+    return "\n".join(line for line in query(name).splitlines() if not line.lstrip().startswith("--"))
+
+
+def _tuples(rows: list[tuple[Any, ...]]) -> str:
+    return ", ".join("(" + ", ".join(quote(v) for v in row) + ")" for row in rows)
+
+
+def base_params(cfg: ScoringConfig, window: Window, pop: str) -> dict[str, Any]:
+    return {
+        "pop": pop,
+        "source": cfg.source,
+        "start": window.start,
+        "end": window.end,
+        "bucket_seconds": cfg.bucket_seconds,
+        "min_bytes": cfg.min_bytes,
+        "min_samples": cfg.min_samples,
+        "threshold_quantile": float(cfg.threshold_quantile),
+        "min_rtt_us": float(cfg.min_rtt_ms * 1000.0),
+    }
+
+
+def _counts(store: Store, sql: str, p: dict[str, Any]) -> list[tuple[Any, ...]]:
+    df = store.query_df(sql, p)
+    if df.empty:
+        return []
+    pops = [v.decode() if isinstance(v, bytes) else str(v) for v in df["pop"]]
+    buckets = [epoch_seconds(_to_datetime(v)) for v in df["bucket"]]
+    extra = [df[c].astype("int64").tolist() for c in df.columns if c not in ("pop", "bucket")]
+    return list(zip(pops, buckets, *extra, strict=True))
+
+
+def _to_datetime(value: Any) -> dt.datetime:
+    import pandas as pd
+
+    ts = pd.Timestamp(value)
+    if ts.tzinfo is None:
+        ts = ts.tz_localize("UTC")
+    return ts.to_pydatetime()
+
+
+def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version: int) -> list[CacheKey]:
+    """Bring the scoring_buckets cache up to date for the window; return the current keys.
+
+    The newest `RECHECK_BUCKETS` buckets are compared with the source every round
+    (late data); older ones are taken from the cache once computed, and the whole
+    window is checked only while some bucket of it was never looked at.
+    """
+    p = {**base_params(cfg, window, pop), "version": version}
+    cached: dict[tuple[str, int], tuple[int, int]] = {}
+    for pop_, bucket, ver, samples in _counts(store, _sql("scoring_cached"), p):
+        if (pop_, bucket) not in cached or ver > cached[(pop_, bucket)][0]:
+            cached[(pop_, bucket)] = (ver, samples)
+    recheck_start = window.end - dt.timedelta(seconds=RECHECK_BUCKETS * cfg.bucket_seconds)
+    first = epoch_seconds(window.start)
+    pops_known = {k[0] for k in cached} if not pop else {pop}
+    complete = bool(pops_known) and all(
+        (p_, first + i * cfg.bucket_seconds) in cached
+        for p_ in pops_known
+        for i in range(window.buckets - RECHECK_BUCKETS)
+    )
+    fresh_sql = _sql(f"scoring_fresh_{_kind(cfg)}")
+    check_start = max(recheck_start, window.start) if complete else window.start
+    fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, {**p, "start": check_start})}
+    if complete and {k[0] for k in fresh} - pops_known:  # a new POP: check its whole window
+        complete, check_start = False, window.start
+        fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, p)}
+    check_from = epoch_seconds(check_start)
+    for key, (_, samples) in cached.items():  # buckets that vanished from the source: empty now
+        if key[1] >= check_from and key not in fresh and samples:
+            fresh[key] = 0
+    if not complete:  # remember the empty buckets too, so the full check is not repeated
+        for p_ in pops_known | {k[0] for k in fresh}:
+            for i in range(window.buckets):
+                fresh.setdefault((p_, first + i * cfg.bucket_seconds), 0)
+    stale = sorted(k for k, n in fresh.items() if k not in cached or cached[k][1] != n)
+    template = _sql("scoring_refresh_insert").replace("{source}", _sql(f"scoring_refresh_{_kind(cfg)}"))
+    for i in range(0, len(stale), REFRESH_CHUNK):
+        chunk = stale[i : i + REFRESH_CHUNK]
+        with_data = [k for k in chunk if fresh[k]]
+        if with_data:  # a few buckets per INSERT bound the memory of merging their states
+            store.execute(template.replace("{keys}", _tuples(with_data)), p)
+        _record_versions(store, cfg, chunk, version, [fresh[k] for k in chunk])
+    if stale:
+        log.debug("scoring cache: recomputed %d (pop, bucket)s", len(stale))
+    current = {k: v for k, (v, n) in cached.items() if n}
+    current.update({k: version for k in stale if fresh[k]})
+    return sorted((CacheKey(k[0], k[1], v) for k, v in current.items()), key=lambda k: (k.pop, k.bucket_ts))
+
+
+def _record_versions(
+    store: Store, cfg: ScoringConfig, keys: list[tuple[str, int]], version: int, samples: list[int]
+) -> None:
+    store.insert_columns(
+        "scoring_versions",
+        {
+            "pop": [k[0] for k in keys],
+            "source": [cfg.source] * len(keys),
+            "bucket": np.array([k[1] for k in keys], dtype="int64").astype("datetime64[s]"),
+            "version": np.full(len(keys), version, dtype="uint64"),
+            "samples": np.array(samples, dtype="uint64"),
+        },
+    )
+
+
+def _kind(cfg: ScoringConfig) -> str:
+    return "rollup" if cfg.uses_rollup else "raw"
+
+
+def timeline_sql(keys: list[CacheKey]) -> str:
+    versions = _tuples([(k.pop, k.bucket_ts, k.version) for k in keys])
+    return _sql("scoring_timeline").replace("{versions}", versions)
+
+
+def prefixes_sql(keys: list[CacheKey]) -> str:
+    return _sql("scoring_prefixes").replace("{timeline}", timeline_sql(keys))
+
+
+def score_prefixes(store: Store, cfg: ScoringConfig, window: Window, pop: str, keys: list[CacheKey]) -> pd.DataFrame:
+    """One row per (pop, prefix) seen in the window (sql/queries/scoring_prefixes.sql)."""
+    if not keys:
+        return normalize_scores(None)
+    return normalize_scores(store.query_df(prefixes_sql(keys), base_params(cfg, window, pop)))
+
+
+def prefix_timeline(
+    store: Store, cfg: ScoringConfig, window: Window, pop: str, prefix: str, keys: list[CacheKey]
+) -> pd.DataFrame:
+    """The bucket timeline of one prefix: statistic, threshold, counted, bad (for explain)."""
+    import pandas as pd
+
+    if not keys:
+        return pd.DataFrame()
+    sql = f"SELECT * FROM ({timeline_sql(keys)}) WHERE prefix = %(prefix)s ORDER BY bucket"
+    return store.query_df(sql, {**base_params(cfg, window, pop), "prefix": prefix})
+
+
+def drop_old_cache(store: Store, window: Window, keep_days: int = 2) -> None:
+    """Drop scoring_buckets partitions (days) older than the window minus keep_days."""
+    cutoff = (window.start - dt.timedelta(days=keep_days)).strftime("%Y%m%d")
+    rows = store.query_rows(
+        "SELECT DISTINCT partition FROM system.parts WHERE database = %(db)s AND table = 'scoring_buckets' AND active",
+        {"db": store.database},
+    )
+    for (partition,) in rows:
+        text = str(partition).strip("'")
+        if text.isdigit() and text < cutoff:
+            store.execute(f"ALTER TABLE scoring_buckets DROP PARTITION {int(text)}")
+
+
+SCORE_COLUMNS: dict[str, str] = {
+    "pop": "object",
+    "prefix": "object",
+    "family": "int64",
+    "samples": "int64",
+    "qualifying": "int64",
+    "counted_buckets": "int64",
+    "bad_buckets": "int64",
+    "transitions": "int64",
+    "duty_cycle": "float64",
+    "flap_ratio": "float64",
+    "median_delivery_rate": "float64",
+    "low_delivery_rate": "float64",
+    "median_min_rtt_ms": "float64",
+    "low_rtt_buckets": "int64",
+}
+
+
+def normalize_scores(df: pd.DataFrame | None) -> pd.DataFrame:
+    """Same dtypes from both back ends (chDB and clickhouse-driver differ), sorted by pop, prefix."""
+    import pandas as pd
+
+    out = pd.DataFrame(
+        {
+            name: (df[name] if df is not None and name in df else pd.Series([], dtype=t))
+            for name, t in SCORE_COLUMNS.items()
+        }
+    )
+    for name, dtype in SCORE_COLUMNS.items():
+        if dtype == "object":
+            if len(out) and not isinstance(out[name].iat[0], str):
+                out[name] = out[name].map(_text)
+            out[name] = out[name].astype(object)
+        else:
+            out[name] = out[name].astype(np.dtype(dtype))
+    return out.sort_values(["pop", "prefix"], kind="stable").reset_index(drop=True)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

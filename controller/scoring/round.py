@@ -1,0 +1,153 @@
+"""One controller round: refresh the scoring cache, score, decide, record, desired state.
+
+I/O glue around the pure pieces: controller/scoring/query.py (SQL),
+controller/scoring/decide.py (decisions), controller/scoring/state.py
+(selections and round_outcomes tables).  The rollout side takes the
+DesiredState list and answers with a PublishOutcome per POP
+(controller/rollout/publish.py), recorded in round_outcomes.
+
+Prefixes the config validation would refuse (controller/rollout/validate.py
+`prefix_problem`: deny list, built-in ranges, length, canonical form) are
+never selected: they are skipped (or reverted, when on BBR) with the reason
+"denied: ...", so one bad prefix cannot get a POP's whole config rejected.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from controller.rollout.validate import ValidationPolicy, prefix_problem
+from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT, ON_BBR, PopSummary, decide, summarize
+from controller.scoring.desired import RECORDED, DesiredEntry, DesiredState, PublishOutcome
+from controller.scoring.query import Window, drop_old_cache, epoch_seconds, refresh, score_prefixes, window_for
+from controller.scoring.settings import ScoringConfig
+from controller.scoring.state import load_previous, write_outcomes, write_round
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from controller.store import Store
+
+log = logging.getLogger("dyncc.control")
+
+
+@dataclass
+class RoundResult:
+    round_id: str
+    round_time_ns: int
+    window: Window
+    decisions: pd.DataFrame
+    states: list[DesiredState]
+    summaries: list[PopSummary]
+    seconds: float
+    timings: dict[str, float] = field(default_factory=dict)
+    written: int = 0
+    outcomes: dict[str, PublishOutcome] = field(default_factory=dict)  # per POP, once published
+
+
+REFUSAL_CACHE = 1 << 16  # prefixes whose answer a long-running controller remembers
+
+
+def refusal(policy: ValidationPolicy) -> Callable[[str], str | None]:
+    """The per-prefix rule of validation as decide()'s `refuse`: "why" or None.
+
+    Answers are cached (LRU): a controller keeps one per policy, so each round asks
+    only about candidates it has not seen before (~8 us each).
+    """
+
+    @functools.lru_cache(maxsize=REFUSAL_CACHE)
+    def refuse(prefix: str) -> str | None:
+        problem = prefix_problem(prefix, policy)
+        return None if problem is None else problem[1]
+
+    return refuse
+
+
+def new_round_id(now: dt.datetime) -> str:
+    return f"{now.astimezone(dt.UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:6]}"
+
+
+def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -> list[DesiredState]:
+    """One DesiredState per POP in the decisions: the prefixes on BBR after this round."""
+    states = []
+    for pop, group in decisions.groupby("pop", sort=True):
+        chosen = group[group["decision"].isin(ON_BBR)].sort_values("prefix")
+        entries = [
+            DesiredEntry(
+                prefix=str(r["prefix"]),
+                algorithm=str(r["algorithm"]),
+                duty_cycle=float(r["duty_cycle"]),
+                flap_ratio=float(r["flap_ratio"]),
+                median_delivery_rate=float(r["median_delivery_rate"]),
+                median_min_rtt_ms=float(r["median_min_rtt_ms"]),
+                reason=f"{r['decision']}: {r['reason']}",
+            )
+            for r in chosen.to_dict("records")
+        ]
+        states.append(DesiredState(pop=str(pop), round_id=round_id, round_time_ns=round_time_ns, entries=entries))
+    return states
+
+
+def run_round(
+    store: Store,
+    cfg: ScoringConfig,
+    now: dt.datetime,
+    pop: str = "",
+    dry_run: bool = False,
+    expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
+    publishing: bool = False,
+    refuse: Callable[[str], str | None] | None = None,
+) -> RoundResult:
+    """Score every prefix of `pop` ('' = all POPs) at `now`; write selections unless dry_run.
+
+    publishing: a publisher answers for this round, so the previous state is the latest
+    round in force (published / unchanged); without one, recorded rounds count too.
+    refuse: the per-prefix rule that filters the desired state, `refusal(policy)` of the
+    publisher's validation policy (default: the built-in rules and default lengths).
+    Not a dry run: the selections rows and a `recorded` round_outcomes row per POP are
+    written.  The scoring_buckets cache is refreshed even in a dry run (derived data).
+    """
+    started = time.perf_counter()
+    now = now if now.tzinfo else now.replace(tzinfo=dt.UTC)
+    round_time_ns = epoch_seconds(now) * 1_000_000_000 + now.microsecond * 1000
+    round_id = new_round_id(now)
+    window = window_for(now, cfg)
+    timings: dict[str, float] = {}
+
+    t = time.perf_counter()
+    keys = refresh(store, cfg, window, pop, round_time_ns)
+    timings["refresh"] = time.perf_counter() - t
+    t = time.perf_counter()
+    scores = score_prefixes(store, cfg, window, pop, keys)
+    timings["score"] = time.perf_counter() - t
+    t = time.perf_counter()
+    previous = load_previous(store, pop, now, include_recorded=not publishing)
+    refuse = refuse or refusal(ValidationPolicy())
+    decisions = decide(scores, previous, epoch_seconds(now), cfg, expire_seconds, refuse=refuse)
+    timings["decide"] = time.perf_counter() - t
+    states = desired_states(decisions, round_id, round_time_ns)
+    written = 0
+    if not dry_run:
+        t = time.perf_counter()
+        written = write_round(store, decisions, round_id, round_time_ns)
+        write_outcomes(store, [(s, PublishOutcome(s.pop, RECORDED)) for s in states])
+        drop_old_cache(store, window)
+        timings["write"] = time.perf_counter() - t
+    return RoundResult(
+        round_id=round_id,
+        round_time_ns=round_time_ns,
+        window=window,
+        decisions=decisions,
+        states=states,
+        summaries=summarize(decisions),
+        seconds=time.perf_counter() - started,
+        timings=timings,
+        written=written,
+    )

@@ -1,0 +1,183 @@
+"""The controller's state: read the previous round, write this one and its publish outcome.
+
+Every round writes one `selections` row per scored prefix plus every prefix carrying
+state (on BBR, holdout, cooldown), so the rows of one round are a whole state: which
+prefixes are on BBR since when, holdouts, cooldowns, baselines.  `round_outcomes`
+says per (round, POP) what became of those decisions (controller/scoring/desired.py):
+written `recorded` with the round, then the publisher's answer.
+
+The previous state of a POP is its latest round up to the round time whose decisions
+are in force: `published` or `unchanged` (and `legacy`, from before outcomes existed).
+A rejected, failed or held round never becomes state, so the next round starts from
+what was published.  Without a publisher (`include_recorded`), `recorded` rounds count
+too.  A round of a killed POP (`killed`) counts with nothing on BBR.  Exactly one
+round per POP is read, so re-running a round at the same time never doubles a state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from controller.scoring.decide import ON_BBR, SKIP, STATE_COLUMNS, empty_state
+from controller.scoring.desired import IN_FORCE, KILLED, RECORDED, DesiredState, PublishOutcome
+from controller.store import sql as sql_files
+from controller.store.sql import quote
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from controller.store import Store
+
+RECENT_DAYS = 2  # look for the latest round here first (a bounded scan), then everywhere
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def state_statuses(include_recorded: bool) -> tuple[str, ...]:
+    """Round outcomes whose selections rows are state (see the module docstring)."""
+    return (*IN_FORCE, KILLED, *((RECORDED,) if include_recorded else ()))
+
+
+def latest_rounds(
+    store: Store, pop: str, now: dt.datetime, include_recorded: bool = True
+) -> dict[str, tuple[str, str, Any]]:
+    """pop -> (round_id, outcome, round_time) of the round holding its state (pop '' = every POP)."""
+    params = {
+        "pop": pop,
+        "now_ns": _ns(now),
+        "statuses": list(state_statuses(include_recorded)),
+        "since": now - dt.timedelta(days=RECENT_DAYS),
+    }
+    sql = sql_files.query("round_state_latest")
+    rows = store.query_rows(sql, params)
+    if not rows:  # nothing recent (a long outage or a new store): look everywhere, once
+        rows = store.query_rows(sql, {**params, "since": EPOCH})
+    return {_text(p): (_text(r), _text(o), t) for p, r, o, t in rows}
+
+
+def load_previous(store: Store, pop: str, now: dt.datetime, include_recorded: bool = True) -> pd.DataFrame:
+    """The state (STATE_COLUMNS) for one POP or every POP before a round at `now`."""
+    import pandas as pd
+
+    latest = latest_rounds(store, pop, now, include_recorded)
+    if not latest:
+        return empty_state()
+    keys = ", ".join(f"({quote(p)}, {quote(r)})" for p, (r, _, _) in sorted(latest.items()))
+    times = [t for _, _, t in latest.values()]
+    df = store.query_df(
+        "SELECT pop, prefix, decision, toUInt32(selected_since) AS selected_since, "
+        "toUInt32(holdout_since) AS holdout_since, toUInt32(cooldown_until) AS cooldown_until, "
+        "toUInt32(last_seen) AS last_seen, baseline_low_rate "
+        "FROM selections WHERE round_time >= %(lo)s AND round_time <= %(hi)s "
+        f"AND (pop, round_id) IN ({keys})",
+        {"lo": _utc(min(times)), "hi": _utc(max(times))},
+    )
+    out = pd.DataFrame({name: df[name] for name in STATE_COLUMNS})
+    for name, dtype in STATE_COLUMNS.items():
+        col = out[name]
+        out[name] = col.map(_text).astype(object) if dtype == "object" else col.astype(np.dtype(dtype))
+    out = out.drop_duplicates(["pop", "prefix"], keep="first").reset_index(drop=True)
+    killed = [p for p, (_, outcome, _) in latest.items() if outcome == KILLED]
+    if killed:  # the kill switch removed every route: nothing is on BBR, other state stays
+        off = out["pop"].isin(killed) & out["decision"].isin(ON_BBR)
+        out.loc[off, "decision"] = SKIP
+        out.loc[off, "selected_since"] = 0
+        out.loc[off, "baseline_low_rate"] = np.nan
+    return out
+
+
+def write_outcomes(store: Store, outcomes: Iterable[tuple[DesiredState, PublishOutcome]]) -> int:
+    """Append one round_outcomes row per (desired state of a round and POP, its outcome)."""
+    rows = list(outcomes)
+    n = len(rows)
+    if n == 0:
+        return 0
+    ns = np.array([state.round_time_ns for state, _ in rows], dtype="uint64")
+    return store.insert_columns(
+        "round_outcomes",
+        {
+            "round_id": [state.round_id for state, _ in rows],
+            "round_time": _datetimes(ns // 1_000_000_000),
+            "round_time_ns": ns,
+            "pop": [state.pop for state, _ in rows],
+            "recorded_ns": np.full(n, time.time_ns(), dtype="uint64"),
+            "status": [o.status for _, o in rows],
+            "version": np.array([o.version for _, o in rows], dtype="uint64"),
+            "prefixes": np.array([len(state.entries) for state, _ in rows], dtype="uint32"),
+            "reason": [o.reason[:1000] for _, o in rows],
+        },
+    )
+
+
+def _ns(when: dt.datetime) -> int:
+    when = when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1000
+
+
+def _utc(value: Any) -> dt.datetime:
+    """A DateTime read back from either back end, as an aware UTC datetime."""
+    if isinstance(value, dt.datetime):
+        return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    import pandas as pd
+
+    stamp = pd.Timestamp(value)
+    return (stamp.tz_convert("UTC") if stamp.tzinfo else stamp.tz_localize("UTC")).to_pydatetime()
+
+
+def on_bbr(previous: pd.DataFrame) -> pd.DataFrame:
+    return previous[previous["decision"].isin(ON_BBR)]
+
+
+def _datetimes(seconds: Any) -> np.ndarray:
+    return np.asarray(seconds, dtype="int64").astype("datetime64[s]")
+
+
+def write_round(store: Store, decisions: pd.DataFrame, round_id: str, round_time_ns: int) -> int:
+    """Insert the round's decision rows into `selections`; returns the rows written."""
+    n = len(decisions)
+    if n == 0:
+        return 0
+    d = decisions
+    round_s = round_time_ns // 1_000_000_000
+
+    def clip16(col: str) -> np.ndarray:
+        return np.clip(d[col].to_numpy(dtype="int64"), 0, 65535).astype("uint16")
+
+    columns: dict[str, Any] = {
+        "round_id": [round_id] * n,
+        "round_time": _datetimes(np.full(n, round_s)),
+        "round_time_ns": np.full(n, round_time_ns, dtype="uint64"),
+        "pop": d["pop"].astype(str).tolist(),
+        "prefix": d["prefix"].astype(str).tolist(),
+        "family": d["family"].to_numpy(dtype="uint8"),
+        "samples": d["samples"].to_numpy(dtype="uint64"),
+        "qualifying": d["qualifying"].to_numpy(dtype="uint64"),
+        "counted_buckets": clip16("counted_buckets"),
+        "bad_buckets": clip16("bad_buckets"),
+        "transitions": clip16("transitions"),
+        "duty_cycle": d["duty_cycle"].to_numpy(dtype="float64"),
+        "flap_ratio": d["flap_ratio"].to_numpy(dtype="float64"),
+        "median_delivery_rate": d["median_delivery_rate"].to_numpy(dtype="float64"),
+        "low_delivery_rate": d["low_delivery_rate"].to_numpy(dtype="float64"),
+        "median_min_rtt_ms": d["median_min_rtt_ms"].to_numpy(dtype="float64"),
+        "decision": d["decision"].astype(str).tolist(),
+        "algorithm": d["algorithm"].astype(str).tolist(),
+        "reason": d["reason"].astype(str).tolist(),
+        "holdout": d["holdout"].to_numpy(dtype="uint8"),
+        "selected_since": _datetimes(d["selected_since"]),
+        "holdout_since": _datetimes(d["holdout_since"]),
+        "cooldown_until": _datetimes(d["cooldown_until"]),
+        "last_seen": _datetimes(d["last_seen"]),
+        "baseline_low_rate": d["baseline_low_rate"].to_numpy(dtype="float64"),
+        "effect": d["effect"].to_numpy(dtype="float64"),
+        "holdout_effect": d["holdout_effect"].to_numpy(dtype="float64"),
+    }
+    return store.insert_columns("selections", columns)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,141 @@
+"""The ClickHouse server back end of the store (clickhouse-driver, native protocol).
+
+Errors are classified by their server code (dyncc_common.errors.classify); clickhouse-driver is
+imported when a store is opened, not at module import."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from controller.store import sql as sql_params
+from controller.store.base import DATA, Column, DataTable, Store, data_columns, one_line, row_count
+from controller.store.sql import Version, parse_version
+from controller.store.url import StoreURL, check_identifier
+from dyncc_common.errors import StoreError, StoreUnavailable, classify
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+def clickhouse_error(exc: BaseException, url: StoreURL) -> StoreError:
+    """The classified StoreError for an exception from clickhouse-driver (or the socket under it)."""
+    from clickhouse_driver import errors as ch_errors
+
+    where = f"ClickHouse {url.host}:{url.port}"
+    if isinstance(exc, ch_errors.ServerException):
+        code = int(exc.code) if exc.code is not None else None
+        message = str(exc.message or "")
+        reason = one_line(message.removeprefix("DB::Exception: ")) or repr(exc)
+        return classify(code, message)(f"ClickHouse error {code}: {reason}")
+    if isinstance(exc, ch_errors.NetworkError | ch_errors.SocketTimeoutError | OSError | EOFError):
+        text = one_line(str(getattr(exc, "message", None) or exc)) or type(exc).__name__
+        return StoreUnavailable(f"{where} unreachable: {text}")
+    return StoreError(f"ClickHouse client error: {one_line(str(exc)) or type(exc).__name__}")
+
+
+def _as_fixed_bytes(col: np.ndarray) -> np.ndarray:
+    """uint8 (rows, N) -> 'S<N>' view; other arrays unchanged."""
+    if col.ndim == 2 and col.dtype == np.uint8:
+        return np.ascontiguousarray(col).view(f"S{col.shape[1]}").reshape(-1)
+    return col
+
+
+class ClickHouseStore(Store):
+    """ClickHouse server over the native protocol (clickhouse-driver)."""
+
+    def __init__(self, url: StoreURL) -> None:
+        from clickhouse_driver import Client
+
+        # The driver logs every failed connect with a traceback; StoreError carries the reason.
+        logging.getLogger("clickhouse_driver").setLevel(logging.CRITICAL)
+        self.url = url
+        self._lock = threading.Lock()
+        common: dict[str, Any] = {
+            "host": url.host,
+            "port": url.port,
+            "user": url.user,
+            "password": url.password,
+            "connect_timeout": float(url.options.get("connect_timeout", 5)),
+            "send_receive_timeout": float(url.options.get("timeout", 300)),
+            "settings": {"use_numpy": True},
+        }
+        self._client = Client(database=url.database, **common)
+        self._admin = Client(database="default", **common)
+        self._version: Version | None = None
+
+    def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from clickhouse_driver import errors as ch_errors
+
+        with self._lock:
+            try:
+                return fn(*args, **kwargs)
+            except (ch_errors.Error, OSError, EOFError) as exc:
+                raise clickhouse_error(exc, self.url) from exc
+
+    def version(self) -> Version:
+        if self._version is None:
+            rows = self._run(self._admin.execute, "SELECT version()")
+            self._version = parse_version(str(rows[0][0]))
+        return self._version
+
+    def ensure_database(self) -> None:
+        self._run(self._admin.execute, f"CREATE DATABASE IF NOT EXISTS {check_identifier(self.database)}")
+
+    def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
+        self._run(self._client.execute, sql_params.render(sql, params))
+
+    def query_rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        rows = self._run(self._client.execute, sql_params.render(sql, params), settings={"use_numpy": False})
+        return [tuple(r) for r in rows]
+
+    def query_rows_with(
+        self, sql: str, data: DataTable, params: Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        structure, columns = data_columns(data)
+        table = {"name": "_dyncc_data", "structure": structure, "data": list(zip(*columns, strict=True))}
+        rendered = sql_params.render(sql.replace(DATA, "_dyncc_data"), params)
+        rows = self._run(self._client.execute, rendered, external_tables=[table], settings={"use_numpy": False})
+        return [tuple(r) for r in rows]
+
+    def query_df(self, sql: str, params: Mapping[str, Any] | None = None) -> pd.DataFrame:
+        import pandas as pd
+
+        rendered = sql_params.render(sql, params)
+        rows, types = self._run(
+            self._client.execute,
+            rendered,
+            with_column_types=True,
+            columnar=True,
+            settings={"use_numpy": True},
+        )
+        names = [name for name, _ in types]
+        if not rows:
+            return pd.DataFrame({name: [] for name in names})
+        return pd.DataFrame({name: col for name, col in zip(names, rows, strict=True)})
+
+    def insert_columns(self, table: str, columns: Mapping[str, Column]) -> int:
+        rows = row_count(columns)
+        if rows == 0:
+            return 0
+        names = ", ".join(check_identifier(c) for c in columns)
+        data = [
+            _as_fixed_bytes(col) if isinstance(col, np.ndarray) else np.asarray(col, dtype=object)
+            for col in columns.values()
+        ]
+        self._run(
+            self._client.execute,
+            f"INSERT INTO {check_identifier(table)} ({names}) VALUES",
+            data,
+            columnar=True,
+            types_check=False,
+        )
+        return rows
+
+    def close(self) -> None:
+        self._client.disconnect()
+        self._admin.disconnect()

@@ -1,0 +1,209 @@
+"""dyncc's SQL layer: the .sql files, their version markers and their %(name)s parameters.
+
+Files.  Migrations (sql/migrations/NNN_name.sql) and named queries (sql/queries/NAME.sql,
+sql/views/NAME.sql) are found in this order: the directory DYNCC_SQL_DIR names (an
+override); the package data of an installed dyncc (the wheel ships them as
+controller.store.sqldata, read with importlib.resources); the repository's top-level `sql/`
+directory (a development checkout or editable install).
+
+Version markers.  One set of .sql files serves ClickHouse 18.16 and chDB 26.x.  Features
+newer than 18.16 are written as markers that expand to nothing on old servers
+(render_markers):
+
+    {{lowcard(String)}}          LowCardinality(String)  (>= 19.1), else String
+    {{codec(Delta, ZSTD(1))}}    CODEC(Delta, ZSTD(1))   (>= 19.10), else ''
+    {{ttl(time + INTERVAL 1 DAY)}} TTL time + INTERVAL 1 DAY (>= 19.6), else ''
+    {{ipv6(FixedString(16))}}    IPv6 (>= 19.3), else the argument
+
+Retention TTLs delete rows older than the interval at insert and merge time;
+a store URL with ttl=off creates tables without them.
+
+Parameters.  ClickHouse 18.16 has no server-side query parameters and chDB takes plain
+text, so both store back ends substitute %(name)s here (render): values are quoted as
+ClickHouse literals (quote); anything else is rejected.
+
+Everything but the file look-up is pure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import importlib.resources
+import math
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+#: the package the wheel ships sql/ as (pyproject: [tool.setuptools.package-dir])
+SQL_PACKAGE = "controller.store.sqldata"
+#: sql/ of a development checkout (controller/store/sql.py -> the repository root)
+REPO_SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+
+_MIGRATION_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+
+def _packaged_sql_dir() -> Path | None:
+    """sql/ as installed package data, or None (not installed from a wheel)."""
+    try:
+        root = importlib.resources.files(SQL_PACKAGE)
+    except ModuleNotFoundError:
+        return None
+    migrations = root.joinpath("migrations")
+    if isinstance(migrations, Path) and migrations.is_dir():
+        return migrations.parent
+    return None
+
+
+def sql_dir() -> Path:
+    """The directory holding migrations/, queries/ and views/ (see the module docstring)."""
+    override = os.environ.get("DYNCC_SQL_DIR")
+    path = Path(override) if override else (_packaged_sql_dir() or REPO_SQL_DIR)
+    if not (path / "migrations").is_dir():
+        raise FileNotFoundError(f"dyncc SQL directory not found at {path} (set DYNCC_SQL_DIR)")
+    return path
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    text: str
+
+
+def migrations() -> list[Migration]:
+    """All migration files in version order; duplicate versions are an error."""
+    found: dict[int, Migration] = {}
+    for path in sorted((sql_dir() / "migrations").glob("*.sql")):
+        match = _MIGRATION_NAME.match(path.name)
+        if not match:
+            raise ValueError(f"migration file name {path.name!r} is not NNN_name.sql")
+        version = int(match.group(1))
+        if version in found:
+            raise ValueError(f"two migrations with version {version}: {found[version].name}, {path.name}")
+        found[version] = Migration(version, match.group(2), path.read_text())
+    return [found[v] for v in sorted(found)]
+
+
+@cache
+def query(name: str) -> str:
+    """The text of sql/queries/<name>.sql (or sql/<name>.sql when name has a folder)."""
+    base = sql_dir()
+    path = base / f"{name}.sql" if "/" in name else base / "queries" / f"{name}.sql"
+    return path.read_text()
+
+
+# ---- version markers
+
+Version = tuple[int, ...]
+
+_MARKER = re.compile(r"\{\{\s*(\w+)\((.*?)\)\s*\}\}", re.DOTALL)
+
+LOWCARD_SINCE: Version = (19, 1)
+CODEC_SINCE: Version = (19, 10)
+TTL_SINCE: Version = (19, 6)
+IPV6_SINCE: Version = (19, 3)
+
+
+def parse_version(text: str) -> Version:
+    """'18.16.1' or '26.9.2.1' -> (18, 16, 1) / (26, 9, 2, 1)."""
+    parts = []
+    for piece in text.strip().split("."):
+        digits = re.match(r"\d+", piece)
+        if not digits:
+            break
+        parts.append(int(digits.group(0)))
+    if not parts:
+        raise ValueError(f"not a ClickHouse version: {text!r}")
+    return tuple(parts)
+
+
+def _expanders(version: Version, ttl: bool) -> dict[str, Callable[[str], str]]:
+    return {
+        "lowcard": lambda arg: f"LowCardinality({arg})" if version >= LOWCARD_SINCE else arg,
+        "codec": lambda arg: f"CODEC({arg})" if version >= CODEC_SINCE else "",
+        "ttl": lambda arg: f"TTL {arg}" if ttl and version >= TTL_SINCE else "",
+        "ipv6": lambda arg: "IPv6" if version >= IPV6_SINCE else arg,
+    }
+
+
+def render_markers(sql: str, version: Version, ttl: bool = True) -> str:
+    """Expand every {{marker(arg)}} for a server of `version`.
+
+    ttl=False leaves retention TTLs out (store URL option ttl=off), for stores
+    that hold historic data on purpose: replays and tests with fixed dates.
+    """
+    expanders = _expanders(version, ttl)
+
+    def replace(match: re.Match[str]) -> str:
+        name, arg = match.group(1), match.group(2).strip()
+        if name not in expanders:
+            raise ValueError(f"unknown SQL template marker {{{{{name}(...)}}}}")
+        return expanders[name](arg)
+
+    return _MARKER.sub(replace, sql)
+
+
+def split_statements(sql: str) -> list[str]:
+    """Split a .sql file into statements on ';' at end of line; drop comments-only chunks."""
+    statements = []
+    for chunk in re.split(r";\s*(?:\n|$)", sql):
+        lines = [ln for ln in chunk.splitlines() if not ln.strip().startswith("--")]
+        body = "\n".join(lines).strip()
+        if body:
+            statements.append(body)
+    return statements
+
+
+# ---- %(name)s parameters
+
+_PARAM = re.compile(r"%\((\w+)\)s")
+_ESCAPES = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
+
+
+def quote(value: Any) -> str:
+    """Render one Python value as a ClickHouse literal."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot quote non-finite float {value!r}")
+        return repr(value)
+    if isinstance(value, str):
+        return "'" + "".join(_ESCAPES.get(ch, ch) for ch in value) + "'"
+    if isinstance(value, bytes):
+        return "unhex('" + value.hex() + "')"
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        return f"toDateTime('{value:%Y-%m-%d %H:%M:%S}', 'UTC')"
+    if isinstance(value, dt.date):
+        return f"toDate('{value:%Y-%m-%d}')"
+    if isinstance(value, Sequence):
+        return "[" + ", ".join(quote(v) for v in value) + "]"
+    if hasattr(value, "item"):  # numpy scalar
+        return quote(value.item())
+    raise TypeError(f"cannot quote {type(value).__name__} as a ClickHouse literal")
+
+
+def render(sql: str, params: Mapping[str, Any] | None) -> str:
+    """Replace every %(name)s with the quoted value; a missing name is an error."""
+    if not params:
+        if _PARAM.search(sql):
+            raise KeyError(f"query needs parameters {sorted(set(_PARAM.findall(sql)))}")
+        return sql
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in params:
+            raise KeyError(f"query parameter {name!r} not given")
+        return quote(params[name])
+
+    return _PARAM.sub(replace, sql)

@@ -1,0 +1,200 @@
+"""Pure parts of `dyncc report`: ASN mapping, window, Grafana macro, summary, plots, page."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pandas as pd
+import pytest
+
+from controller.report import html as report_html
+from controller.report import plots as report_plots
+from controller.report.asn import map_prefixes, parse_asn_rows
+from controller.report.cli import resolve_window
+from controller.report.data import Window, before_after, default_window, render_view
+from dyncc_common.errors import ConfigError
+from tests.support.svg import path_points
+
+T = dt.datetime(2024, 5, 1, 10, 0)
+
+
+def test_asn_longest_prefix_match_and_malformed_lines():
+    table = parse_asn_rows(
+        [
+            ["prefix", "asn", "name"],
+            ["198.51.0.0/16", "64501", "Wide"],
+            ["198.51.100.0/22", "AS64500", "Narrow"],
+            ["2001:db8::/32", "64510"],
+            ["not-a-prefix", "1"],
+            ["203.0.113.0/24", "x1"],
+            ["10.0.0.0/8"],
+            ["# comment"],
+            [],
+        ]
+    )
+    assert table.entries == 3
+    assert table.malformed == 3
+    assert table.lookup("198.51.101.0/24") == "AS64500 Narrow"
+    assert table.lookup("198.51.7.0/24") == "AS64501 Wide"
+    assert table.lookup("2001:db8:0:100::/56") == "AS64510"
+    assert table.lookup("::ffff:198.51.100.0/120") == "AS64500 Narrow"
+    assert table.lookup("192.0.2.0/24") is None
+    assert table.lookup("garbage") is None
+
+
+def test_map_prefixes_keeps_top_isps_and_caps():
+    table = parse_asn_rows([["198.51.0.0/16", "1", "A"], ["198.52.0.0/16", "2", "B"], ["198.53.0.0/16", "3", "C"]])
+    seen = [
+        ("198.51.1.0/24", 100),
+        ("198.51.2.0/24", 50),
+        ("198.52.1.0/24", 120),
+        ("198.53.1.0/24", 5),
+        ("192.0.2.0/24", 999),
+    ]
+    prefixes, labels, dropped = map_prefixes(table, seen, top=2, max_prefixes=10)
+    assert set(labels) == {"AS1 A", "AS2 B"}
+    assert prefixes[0] == "198.52.1.0/24" and dropped == 1
+    prefixes, _, dropped = map_prefixes(table, seen, top=2, max_prefixes=2)
+    assert prefixes == ["198.52.1.0/24", "198.51.1.0/24"] and dropped == 2
+
+
+def test_default_window():
+    first, last = T, T + dt.timedelta(hours=3)
+    w = default_window((first, last), None, None)
+    assert w == Window(first, last + dt.timedelta(minutes=5))  # clipped to the data
+    w = default_window((T - dt.timedelta(days=3), last), None, None)
+    assert w is not None and w.end - w.start == dt.timedelta(hours=24)
+    assert default_window(None, None, None) is None
+    until = T + dt.timedelta(hours=1)
+    assert default_window((first, last), T - dt.timedelta(hours=2), until) == Window(T - dt.timedelta(hours=2), until)
+    aware = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    w = default_window(None, None, aware)
+    assert w is not None and w.end == T
+
+
+def test_render_view_expands_time_filter():
+    sql = "SELECT 1 FROM t WHERE $__timeFilter(time) AND $__timeFilter( created_at )"
+    out = render_view(sql, T, T + dt.timedelta(hours=1))
+    s = int(T.replace(tzinfo=dt.UTC).timestamp())
+    assert f"time >= toDateTime({s}) AND time <= toDateTime({s + 3600})" in out
+    assert f"created_at >= toDateTime({s})" in out and "$__" not in out
+
+
+def test_cli_window_flags():
+    assert resolve_window(None, None) == (None, None, None)
+    assert resolve_window("6h", None) == (None, None, 6 * 3600)
+    since, until, span = resolve_window("2024-05-01T08:00Z", "2024-05-01T10:00")
+    assert (since, until, span) == (dt.datetime(2024, 5, 1, 8), T, None)
+    with pytest.raises(ConfigError):
+        resolve_window("yesterday", None)
+    with pytest.raises(ConfigError):
+        resolve_window("2024-05-01T11:00", "2024-05-01T10:00")
+
+
+def test_before_after_median_of_bucket_p10():
+    split = pd.DataFrame(
+        {
+            "grp": ["treated"] * 4 + ["holdout"] * 2,
+            "phase": ["before", "before", "after", "after", "before", "after"],
+            "p10": [1.0, 3.0, 10.0, 12.0, 5.0, 5.5],
+        }
+    )
+    out = before_after(split).set_index(["grp", "phase"])
+    assert out.loc[("treated", "before"), "p10"] == 2.0
+    assert out.loc[("treated", "after"), "p10"] == 11.0
+    assert out.loc[("holdout", "after"), "buckets"] == 1
+    assert before_after(pd.DataFrame()).empty
+
+
+def _series(n: int, gap_at: int | None = None) -> pd.DataFrame:
+    """n buckets per POP; with gap_at, three buckets are missing there."""
+    times = [T + dt.timedelta(minutes=5 * i) for i in range(n + (3 if gap_at is not None else 0))]
+    if gap_at is not None:
+        del times[gap_at : gap_at + 3]
+    rows = []
+    for pop in ("lax", "ord"):
+        for t in times:
+            rows.append({"time": pd.Timestamp(t), "pop": pop, "qualifying": 10, "p5": 1e6, "p10": 1.2e6, "p50": 5e6})
+    return pd.DataFrame(rows)
+
+
+def test_delivery_plot_draws_one_vertex_per_bucket_and_breaks_gaps():
+    window = Window(T, T + dt.timedelta(hours=2))
+    configs = pd.DataFrame(
+        {
+            "pop": ["lax"],
+            "version": [3],
+            "time": [pd.Timestamp(T + dt.timedelta(hours=1))],
+            "entries": [5],
+            "kill_switch": [0],
+        }
+    )
+    svg = report_plots.delivery_rate_svg(_series(20), configs, window)
+    assert svg is not None and svg.startswith("<svg")
+    for pop in ("lax", "ord"):
+        for pct in ("p5", "p10", "p50"):
+            assert path_points(svg, f"delivery-{pop}-{pct}") == 20
+    assert ">v3<" in svg
+    gapped = report_plots.delivery_rate_svg(_series(20, gap_at=10), configs, window)
+    assert gapped is not None
+    m = re.search(r'<g id="delivery-lax-p10">\s*<path d="([^"]*)"', gapped)
+    assert m and m.group(1).count("M") == 2  # the line breaks at the missing bucket
+    assert report_plots.delivery_rate_svg(pd.DataFrame(), configs, window) is None
+
+
+def test_page_escapes_text_and_marks_empty_sections():
+    sections = [
+        report_html.Section("a", "Plot <A>", "lead & more", '<svg class="plot"></svg>'),
+        report_html.Section("b", "Empty", "nothing", None, "No data <here>."),
+    ]
+    page = report_html.render_page("T <x>", "sub", [report_html.Card("k", "v&")], sections, "f")
+    assert "<title>T &lt;x&gt;</title>" in page and "Plot &lt;A&gt;" in page and "v&amp;" in page
+    assert 'data-nodata="b"' in page and "No data &lt;here&gt;." in page
+    assert 'data-nodata="a"' not in page
+
+
+def test_auto_bucket():
+    from controller.report.data import auto_bucket
+
+    assert auto_bucket(Window(T, T + dt.timedelta(hours=24))) == 300
+    assert auto_bucket(Window(T, T + dt.timedelta(minutes=5))) == 10
+    assert auto_bucket(Window(T, T + dt.timedelta(minutes=20))) == 20
+    assert auto_bucket(Window(T, T + dt.timedelta(minutes=119))) == 120
+
+
+def test_splice_inserts_parts_without_comments_and_checks_slots():
+    from controller.report.data import splice
+
+    sql = "-- uses {source} here\nSELECT a FROM ({source}) AS s\nJOIN ({groups}) USING (a)"
+    out = splice(sql, {"source": "-- the source\nSELECT a FROM t -- why\n", "groups": "SELECT a FROM g"})
+    assert out == "SELECT a FROM (SELECT a FROM t -- why\n) AS s\nJOIN (SELECT a FROM g\n) USING (a)"
+    assert "uses" not in out and "the source" not in out
+    with pytest.raises(ValueError, match="groups"):
+        splice(sql, {"source": "SELECT 1"})  # a slot left empty
+    with pytest.raises(ValueError, match="extra"):
+        splice("SELECT 1", {"extra": "SELECT 2"})  # a part with no slot
+    # a part is inserted as is: a slot inside it is not expanded again
+    assert splice("SELECT * FROM ({s})", {"s": "SELECT '{s}'"}) == "SELECT * FROM (SELECT '{s}'\n)"
+
+
+def test_compose_splices_only_report_query_files():
+    from controller.report.data import GROUPS, SOURCE_RAW, SOURCE_ROLLUP, compose, source_for
+
+    assert source_for(300) == SOURCE_ROLLUP and source_for(30) == SOURCE_RAW and source_for(600) == SOURCE_RAW
+    for source in (SOURCE_ROLLUP, SOURCE_RAW):
+        for name, slots in (
+            ("report_delivery_by_pop", {"source": source}),
+            ("report_isp_low_percentiles", {"source": source}),
+            ("report_treated_vs_holdout", {"source": source, "groups": GROUPS}),
+        ):
+            sql = compose(name, **slots)
+            assert "{" not in sql and "--" not in sql, name
+            assert ("FROM tcpinfo_5m" in sql) == (source == SOURCE_ROLLUP), name
+            assert ("%(bucket)s" in sql) == (source == SOURCE_RAW), name
+    assert "FROM selections" in compose("report_treated_vs_holdout", source=SOURCE_RAW, groups=GROUPS)
+    for bad in ("SELECT 1", "../views/treated_vs_holdout", "scoring_refresh_raw", "report_source_raw; DROP"):
+        with pytest.raises(ValueError, match="not a report query file"):
+            compose("report_delivery_by_pop", source=bad)
+    with pytest.raises(ValueError, match="slots"):
+        compose("report_delivery_by_pop", source=SOURCE_RAW, groups=GROUPS)

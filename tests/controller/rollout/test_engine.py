@@ -1,0 +1,287 @@
+"""Staged rollout on real Kafka + ClickHouse 18.16 / chDB: canary, soak, gates, promotion, rollback,
+kill switch, and `dyncc control rollout status`.  Agents are simulated by ApplyStatus messages."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from controller.rollout import records as rs
+from controller.rollout.cli import rollout_status, run
+from controller.rollout.generate import fingerprint
+from controller.rollout.publish import publish_round
+from controller.store import Store
+from schemas.congestion_pb2 import ApplyStatus, CongestionConfig, PrefixEntry
+from schemas.signing import load_public_key, verify
+from tests.support.rollout_util import control_parser, desired, make_keys, produce, read_configs, status
+
+pytestmark = pytest.mark.kafka
+
+HOSTS = ["edge-1", "edge-2", "edge-3", "edge-4"]
+D1 = ["192.0.2.0/24", "198.51.100.0/24", "2001:db8:0:100::/56"]
+ADDED = ["203.0.113.0/24", "2001:db8:0:200::/56"]
+D2 = D1 + ADDED
+
+
+class Env:
+    def __init__(self, store: Store, store_url: str, brokers: str, topic: str, tmp_path: Path) -> None:
+        self.store, self.store_url, self.brokers = store, store_url, brokers
+        self.cfg_topic, self.status_topic = topic + "_cfg", topic + "_st"
+        self.private, self.public = make_keys(tmp_path)
+        self.base = [
+            "--kafka",
+            brokers,
+            "--config-topic",
+            self.cfg_topic,
+            "--status-topic",
+            self.status_topic,
+            "--key",
+            str(self.private),
+        ]
+        self.args = control_parser().parse_args(
+            [
+                *self.base,
+                "--canary-hosts",
+                "lax:edge-1",
+                "--soak",
+                "1s",
+                "--wave-timeout",
+                "60s",
+                "--baseline",
+                "10m",
+                "--min-samples",
+                "20",
+                "--min-mem-available",
+                "256M",
+                "--max-load",
+                "8",
+                "--max-p10-regression",
+                "0.2",
+            ]
+        )
+
+    def round(self, prefixes: list[str], pop: str = "lax") -> None:
+        publish_round(self.store, [desired(pop, prefixes)], self.args)
+
+    def configs(self) -> list[tuple[str, CongestionConfig]]:
+        got = read_configs(self.brokers, self.cfg_topic)
+        for _, config in got:
+            verify(config, load_public_key(self.public))
+        return got
+
+    def report(self, *statuses: ApplyStatus) -> None:
+        produce(self.brokers, self.status_topic, list(statuses))
+
+    def state(self, pop: str = "lax") -> rs.RolloutState:
+        return rs.load_state(self.store, pop)
+
+    def control(self, *argv: str) -> int | None:
+        return run(control_parser().parse_args(list(argv)))
+
+
+@pytest.fixture
+def env(store: Store, store_url: str, kafka_brokers: str, kafka_topic: str, tmp_path: Path) -> Env:
+    return Env(store, store_url, kafka_brokers, kafka_topic, tmp_path)
+
+
+def _entries(config: CongestionConfig) -> list[str]:
+    return [e.prefix for e in config.entries]
+
+
+def _fp(prefixes: list[str]) -> str:
+    return fingerprint([PrefixEntry(prefix=p, algorithm="bbr") for p in prefixes])
+
+
+def _start_canary(env: Env) -> None:
+    """v1 = D1 to the whole POP (no host known yet), every host applies it; then D2 goes to the canary."""
+    env.round(D1)
+    assert env.state().phase == "idle" and env.state().stable_version == 1
+    env.report(*(status(h, 1, 1) for h in HOSTS))
+    env.round(D2)
+    state = env.state()
+    assert (state.phase, state.wave_version, state.wave_hosts) == ("canary", 2, ("edge-1",))
+    got = env.configs()
+    assert [(k, c.version, list(c.target_hosts)) for k, c in got] == [("lax", 1, []), ("lax/canary", 2, ["edge-1"])]
+    assert set(_entries(got[1][1])) == set(D2)
+
+
+def _tcpinfo(store: Store, host: str, prefixes: list[str], start_ns: int, step_ns: int, rates: np.ndarray) -> None:
+    n = len(rates)
+    time_ns = start_ns + np.arange(n, dtype=np.uint64) * np.uint64(step_ns)
+    store.insert_columns(
+        "tcpinfo",
+        {
+            "time": (time_ns // 10**9).astype(np.uint32),
+            "time_ns": time_ns.astype(np.uint64),
+            "pop": ["lax"] * n,
+            "host": [host] * n,
+            "prefix": [prefixes[i % len(prefixes)] for i in range(n)],
+            "family": np.full(n, 2, dtype=np.uint8),
+            "delivery_rate": rates.astype(np.uint64),
+            "bytes_acked": np.full(n, 500_000, dtype=np.uint64),
+        },
+    )
+
+
+def _assert_rest_never_targeted(got: list[tuple[str, CongestionConfig]], bad: list[str]) -> None:
+    """The bad desired state only ever went out on the canary key, targeted at the canary host."""
+    carrying = [(k, list(c.target_hosts)) for k, c in got if fingerprint(c.entries) == _fp(bad)]
+    assert carrying == [("lax/canary", ["edge-1"])]
+
+
+def _p10_rates(rng: np.random.Generator, median: float, n: int = 60) -> np.ndarray:
+    return rng.normal(median, median * 0.05, n).clip(1)
+
+
+def test_canary_passes_gates_and_is_promoted_after_soak(env: Env) -> None:
+    _start_canary(env)
+    started = env.state().wave_started_ns
+    rng = np.random.default_rng(1)
+    _tcpinfo(env.store, "edge-1", ADDED, started - 300 * 10**9, 10**9, _p10_rates(rng, 10e6))
+    env.report(status("edge-1", 2, 2))
+    env.round(D2)
+    assert env.state().phase == "canary"  # applied, soaking
+    applied_ns = time.time_ns()
+    _tcpinfo(env.store, "edge-1", ADDED, applied_ns, 10**6, _p10_rates(rng, 10.2e6))
+    time.sleep(1.2)
+    env.round(D2)
+    state = env.state()
+    assert (state.phase, state.event, state.wave_version) == ("rest", "promote", 3)
+    assert "p10 delivery rate" in state.reason and "not judged" not in state.reason
+    assert "2 changed prefixes" in state.reason
+    got = env.configs()
+    assert [(k, c.version, list(c.target_hosts)) for k, c in got][-1] == ("lax", 3, [])
+    assert set(_entries(got[-1][1])) == set(D2)
+
+    env.report(*(status(h, 3, 3, ApplyStatus.UNCHANGED if h == "edge-1" else ApplyStatus.APPLIED) for h in HOSTS))
+    env.round(D2)
+    state = env.state()
+    assert (state.phase, state.event, state.stable_version) == ("idle", "complete", 3)
+    env.round(D2)  # unchanged desired state: nothing new
+    assert len(env.configs()) == 3
+
+    text = rollout_status(env.store, ["lax"])
+    assert "POP lax: IDLE  stable v3" in text
+    for host in HOSTS:
+        assert host in text
+    assert "v3 published promote 5 prefixes" in text
+
+
+@pytest.mark.parametrize("failure", ["apply_failed", "bad_health"])
+def test_failing_canary_is_rolled_back_and_rest_never_receives_it(env: Env, failure: str) -> None:
+    _start_canary(env)
+    if failure == "apply_failed":
+        env.report(status("edge-1", 2, 1, ApplyStatus.FAILED_ROLLED_BACK, errors=("route add: ENETUNREACH",)))
+    else:
+        env.report(status("edge-1", 2, 2, mem=64 * 2**20))
+    env.round(D2)
+    state = env.state()
+    assert (state.phase, state.event, state.stable_version) == ("idle", "rollback", 3)
+    expected = "FAILED_ROLLED_BACK for version 2" if failure == "apply_failed" else "available memory 64 MiB"
+    assert expected in state.reason
+    got = env.configs()
+    assert [(k, c.version, list(c.target_hosts)) for k, c in got] == [
+        ("lax", 1, []),
+        ("lax/canary", 2, ["edge-1"]),
+        ("lax", 3, []),
+    ]
+    assert set(_entries(got[2][1])) == set(D1)  # v3 = the previous desired state, higher version
+    _assert_rest_never_targeted(got, D2)
+
+    # the same desired state is held down, not retried every round
+    env.round(D2)
+    assert len(env.configs()) == 3 and env.state().event == "rollback"
+    # hosts report the rollback; a different desired state starts a new canary
+    env.report(*(status(h, 3, 3) for h in HOSTS))
+    env.round(D1 + ADDED[:1])
+    assert env.state().phase == "canary" and env.configs()[-1][0] == "lax/canary"
+
+
+def test_canary_p10_regression_is_rolled_back(env: Env) -> None:
+    _start_canary(env)
+    started = env.state().wave_started_ns
+    rng = np.random.default_rng(2)
+    _tcpinfo(env.store, "edge-1", ADDED, started - 300 * 10**9, 10**9, _p10_rates(rng, 10e6))
+    # another host's traffic and other POP rows must not count
+    _tcpinfo(env.store, "edge-2", ADDED, time.time_ns(), 10**6, _p10_rates(rng, 50e6))
+    env.report(status("edge-1", 2, 2))
+    env.round(D2)
+    assert env.state().phase == "canary"
+    _tcpinfo(env.store, "edge-1", ADDED, time.time_ns(), 10**6, _p10_rates(rng, 6e6))
+    time.sleep(1.2)
+    env.round(D2)
+    state = env.state()
+    assert (state.phase, state.event, state.stable_version) == ("idle", "rollback", 3)
+    assert "regressed: p10 delivery rate" in state.reason and "edge-1" in state.reason
+    got = env.configs()
+    assert set(_entries(got[-1][1])) == set(D1) and got[-1][0] == "lax"
+    _assert_rest_never_targeted(got, D2)
+
+
+def test_controller_restart_keeps_rollout_state(env: Env) -> None:
+    _start_canary(env)
+    # a "restarted" controller: fresh args namespace, same store and topics
+    env.args = control_parser().parse_args([*env.base, "--soak", "0s", "--canary-hosts", "lax:edge-1"])
+    env.report(status("edge-1", 2, 2))
+    env.round(D2)
+    state = env.state()
+    assert (state.phase, state.wave_version) == ("rest", 3)  # continued the canary of v2, promoted
+
+
+def test_kill_switch_pop_all_and_release(env: Env, tmp_path: Path) -> None:
+    env.round(D1)
+    env.round(D1, pop="fra")
+    code = env.control(*env.base, "kill-switch", "--pop", "lax", "--clickhouse", env.store_url)
+    assert code == 0
+    got = env.configs()
+    kill = got[-1][1]
+    assert (got[-1][0], kill.pop, kill.version, kill.kill_switch, len(kill.entries)) == ("lax", "lax", 2, True, 0)
+    assert env.state().phase == "killed"
+    env.round(D2)  # killed POPs publish nothing until released
+    assert len(env.configs()) == 3
+
+    # options given after the action name work too
+    code = env.control("kill-switch", "--all", "--clickhouse", env.store_url, *env.base)
+    assert code == 0
+    kills = [(k, c.version) for k, c in env.configs()[3:] if c.kill_switch]
+    assert kills == [("fra", 2), ("lax", 3)]
+
+    code = env.control(*env.base, "kill-switch", "--pop", "lax", "--release", "--clickhouse", env.store_url)
+    assert code == 0
+    assert env.state().phase == "idle" and env.state("fra").phase == "killed"
+    env.round(D1)
+    last = env.configs()[-1][1]
+    assert last.pop == "lax" and last.version == 4 and set(_entries(last)) == set(D1)
+
+
+def test_kill_switch_to_publish_dir(store: Store, store_url: str, tmp_path: Path) -> None:
+    private, _ = make_keys(tmp_path)
+    out = tmp_path / "cfg"
+    args = ["--publish-dir", str(out), "--key", str(private)]
+    publish_round(store, [desired("lax", D1)], control_parser().parse_args(args))
+    assert run(control_parser().parse_args([*args, "kill-switch", "--all", "--clickhouse", store_url])) == 0
+    config = CongestionConfig.FromString((out / "lax.cfg").read_bytes())
+    assert config.kill_switch and config.version == 2 and not config.entries and config.signature
+
+
+def test_rollout_status_action_prints_hosts(env: Env, capsys: pytest.CaptureFixture[str]) -> None:
+    _start_canary(env)
+    env.report(status("edge-1", 2, 1, ApplyStatus.FAILED_ROLLED_BACK, errors=("boom",)))
+    assert env.control(*env.base, "rollout", "advance", "--clickhouse", env.store_url) == 0
+    out = capsys.readouterr().out
+    assert "POP lax: IDLE  stable v3" in out and "canary wave v2 failed: edge-1" in out
+    assert "errors: boom" in out
+    assert env.control("rollout", "status", "--clickhouse", env.store_url, "--pop", "lax") == 0
+    assert "POP lax" in capsys.readouterr().out
+
+
+def test_bare_namespace_uses_defaults(store: Store, tmp_path: Path) -> None:
+    """The lab calls publish_round with a Namespace holding only a few attributes."""
+    private, _ = make_keys(tmp_path)
+    args = argparse.Namespace(publish_dir=tmp_path / "cfg", kafka=None, config_topic="", private_key=private)
+    publish_round(store, [desired("lax", D1)], args)
+    assert CongestionConfig.FromString((tmp_path / "cfg" / "lax.cfg").read_bytes()).version == 1

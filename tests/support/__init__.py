@@ -1,0 +1,1 @@
+"""Test helpers: servers, synthetic data, message builders (imported by tests and bench only)."""

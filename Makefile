@@ -6,7 +6,7 @@
 #   make test        venv + servers, pytest against the real servers, servers stopped again
 #                    (a stack that was already running before `make test` is left running;
 #                    DYNCC_KEEP_STACK=1 keeps a stack started by `make test`)
-#   make lint        ruff check, ruff format --check, mypy (CI runs it before the tests)
+#   make lint        ruff check, ruff format --check, mypy, import contracts (CI runs it before the tests)
 #   make demo | bench | proto | clean
 
 SHELL := /bin/bash
@@ -79,6 +79,7 @@ lint: venv
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 demo: venv
 	$(VENV)/bin/dyncc demo

@@ -11,7 +11,7 @@ bucket per INSERT, then times
          then the scoring query over 36 buckets (what every round costs);
   full controller round: run_round (refresh, score, previous state, decisions,
          writing every prefix to selections) once more.
-Bar (issue 5): 200k prefixes <= 5 s on the server, <= 3 s on chDB, per round.
+Bar: 200k prefixes <= 5 s on the server, <= 3 s on chDB, per round.
 """
 
 from __future__ import annotations

@@ -1,3 +1,7 @@
 """dyncc edge side: netlink (kernel ABI), telemetry (`dyncc collect`), agent (`dyncc agent`)."""
 
-__all__: list[str] = []
+__all__ = [
+    "agent",
+    "netlink",
+    "telemetry",
+]

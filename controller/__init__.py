@@ -1,1 +1,13 @@
 """dyncc central side: ingest, scoring, config generation, rollout, reports."""
+
+__all__ = [
+    "cli",
+    "cli_config",
+    "control",
+    "ingest",
+    "lab",
+    "report",
+    "rollout",
+    "scoring",
+    "store",
+]

@@ -1,13 +1,18 @@
 """The `dyncc` command: one entry point, subcommands loaded lazily.
 
-Each subcommand lives in its own module exposing
-    configure(parser: argparse.ArgumentParser) -> None
-    run(args: argparse.Namespace) -> int
-and is imported only when used, so `dyncc collect` never loads chDB or pandas.
-Subcommands without a config file of their own get `--config FILE.toml`
-(controller/cli_config.py).  Every bad command line ends with one line on
-stderr and exit 2: ConfigError and StoreError from a command, and argparse's
-own errors (OneLineParser prints the reason without the usage block).
+Each subcommand lives in its own module, imported only when used (so `dyncc
+collect` never loads chDB or pandas), and exposes either
+    SETTINGS: a dyncc_common.settings.Settings class, and run(settings) -> int:
+        the flags come from SETTINGS.add_arguments(parser); after parsing,
+        SETTINGS.from_sources(flags, --config file) builds the checked settings
+        (defaults < TOML file < flags); an optional configure(parser) adds more
+        structure (sub-parsers) next to the table's flags;
+or, without SETTINGS,
+    configure(parser) -> None and run(args: argparse.Namespace) -> int
+    (with `--config FILE.toml` from controller/cli_config.py when it has none).
+Every bad command line ends with one line on stderr and exit 2: ConfigError and
+StoreError from a command, and argparse's own errors (OneLineParser prints the
+reason without the usage block).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from types import ModuleType
 from typing import NoReturn
 
 from dyncc_common.errors import ConfigError, StoreError  # not controller.store: that imports numpy
@@ -54,6 +60,26 @@ def _top_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_parser(name: str, module: ModuleType) -> argparse.ArgumentParser:
+    """The parser of `dyncc NAME` (its module imported): the SETTINGS table's flags, then configure().
+
+    A module without SETTINGS and without a --config of its own gets the generic TOML --config
+    (controller/cli_config.py; the parser is marked `generic_config`)."""
+    parser = OneLineParser(prog=f"dyncc {name}", description=SUBCOMMANDS[name][1])
+    settings_cls = getattr(module, "SETTINGS", None)
+    if settings_cls is not None:
+        settings_cls.add_arguments(parser)
+    if hasattr(module, "configure"):
+        module.configure(parser)
+    if settings_cls is None and not any("--config" in action.option_strings for action in parser._actions):
+        # (imported here: tomllib and pathlib are ~13 ms of every `dyncc collect --once` start)
+        from controller.cli_config import add_config_option
+
+        add_config_option(parser)
+        parser.generic_config = True  # type: ignore[attr-defined]
+    return parser
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
@@ -64,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = args[0]
     if name not in SUBCOMMANDS:
         _top_parser().error(f"unknown subcommand {name!r}")
-    module_name, desc = SUBCOMMANDS[name]
+    module_name = SUBCOMMANDS[name][0]
     if name == "collect":
         # a one-shot collector starts its kernel dump before anything else loads
         from collector.telemetry.start import start_early_prefetch
@@ -75,15 +101,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # and ~0.1 s of CPU next to a one-shot collector's dump).  Set before any module imports numpy.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     module = importlib.import_module(module_name)
-    parser = OneLineParser(prog=f"dyncc {name}", description=desc)
-    module.configure(parser)
     try:
-        if not any("--config" in action.option_strings for action in parser._actions):
-            # Commands without their own config handling get the generic TOML --config.
-            # (imported here: tomllib and pathlib are ~13 ms of every `dyncc collect --once` start)
-            from controller.cli_config import add_config_option, apply_config_file
+        parser = build_parser(name, module)
+        settings_cls = getattr(module, "SETTINGS", None)
+        if settings_cls is not None:
+            flags = vars(parser.parse_args(args[1:]))
+            settings = settings_cls.from_sources(flags, flags.get("config"))
+            return int(module.run(settings) or 0)
+        if getattr(parser, "generic_config", False):
+            from controller.cli_config import apply_config_file
 
-            add_config_option(parser)
             apply_config_file(parser, args[1:], name)
         parsed = parser.parse_args(args[1:])
         return int(module.run(parsed) or 0)

@@ -1,17 +1,45 @@
 """dyncc's exception tree (stdlib only: the CLI, the contract and the netlink package import it).
 
-    DynccError              base of the errors a dyncc command reports to a person
-    ├── ConfigError         bad configuration or arguments: one line on stderr, exit 2
-    └── StoreError          any store failure; str() is a one-line reason for a person
-        ├── StoreUnavailable    the store could not be reached or is overloaded (connection
-        │                       refused or lost, timeouts, too many parts / queries, memory
-        │                       limit): the same statement may succeed later, so callers
-        │                       pause and retry it
-        └── StoreContentError   the server refused the statement because of the data it
-                                carries (too large, unparsable, a value a check rejects):
-                                the same statement fails again, so a caller that knows
-                                which input it came from sets that input aside (ingest
-                                dead-letters the messages responsible) and goes on
+Every exception class dyncc defines descends from DynccError (tests/contract/test_architecture.py
+checks it); where a class was a ValueError before, ValueError stays its second base.
+
+    DynccError                          base of every dyncc error; str() is a one-line reason
+    ├── ConfigError                     bad configuration or arguments: one line, exit 2
+    ├── StoreError                      any store failure (see below)
+    │   ├── StoreUnavailable            the store could not be reached or is overloaded
+    │   │                               (connection refused or lost, timeouts, too many parts /
+    │   │                               queries, memory limit): the same statement may succeed
+    │   │                               later, so callers pause and retry it
+    │   └── StoreContentError           the server refused the statement because of the data it
+    │                                   carries (too large, unparsable, a value a check rejects):
+    │                                   the same statement fails again, so a caller that knows
+    │                                   which input it came from sets that input aside (ingest
+    │                                   dead-letters the messages responsible) and goes on
+    │
+    │   the contract (schemas)
+    ├── BatchDecodeError (+ValueError)  schemas.tcpinfo_decode: a TcpInfoBatch that is malformed
+    ├── GroupDecodeError                schemas.tcpinfo_decode: a group of batches that cannot be
+    │                                   decoded together (decoded one by one instead)
+    ├── SignatureError                  schemas.signing: a CongestionConfig signature that fails
+    │
+    │   the edge (collector)
+    ├── DumpError                       collector.netlink.sockdiag: a sock_diag dump failed
+    │   └── DumpTimeout                 ... because the kernel did not answer in time
+    ├── InvalidConfig (+ValueError)     collector.agent.plan: a config the agent refuses
+    ├── RouteWriteError                 collector.agent.routes: writing or verifying a route failed
+    ├── StateError                      collector.agent.state: an unreadable agent state file
+    │
+    │   the centre (controller)
+    ├── SchemaMismatch                  controller.store.native: a table's columns differ from
+    │                                   the Native block being sent
+    ├── ScoringConfigError (+ValueError)  controller.scoring.settings: invalid scoring settings
+    ├── PublishError                    controller.rollout.sinks: a config could not be published
+    ├── RecordingError                  controller.lab.telemetry: an unreadable lab recording
+    ├── RoundFailed                     controller.lab.control: a lab round did not complete
+    └── TopologyError                   controller.lab.topology: the lab network could not be built
+
+Two private subclasses of DynccError are control flow inside one module and never leave it:
+schemas.tcpinfo_decode._Unusual and collector.netlink.sockdiag_dump._Stopped.
 
 Anything else from the store (an unknown table, bad credentials: configuration or schema)
 stays a plain StoreError: not the data's fault and not transient either.  Ingest treats

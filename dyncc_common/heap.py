@@ -2,9 +2,8 @@
 
 glibc serves allocations above M_MMAP_THRESHOLD (128 KiB, rising to at most
 32 MiB) with fresh mmap()s and unmaps them on free, so a loop that builds a
-50 MB buffer per cycle page-faults all of it again every cycle.  On this
-machine's VM a fault costs several microseconds per 4 KiB page: a fresh 52 MB
-bytes object took 43 ms to fill versus 2-7 ms for reused memory.  Long-running
+50 MB buffer per cycle page-faults all of it again every cycle, and filling fresh pages
+costs several times more than reusing resident ones (docs/performance.md).  Long-running
 commands that cycle through large buffers (ingest flushes, collector polls)
 call keep_freed_memory() once at start: their steady-state heap then stays
 resident and is reused.  The working set is bounded by the commands' own
@@ -29,7 +28,7 @@ def keep_freed_memory(prefault: int = 0) -> bool:
 
     prefault > 0 also touches that many bytes of heap once and frees them, so
     the first cycles find resident memory too (they would page-fault all of
-    their buffers otherwise: the first flushes of a loader ran 2-3x slower).
+    their buffers otherwise).
     """
     try:
         libc = ctypes.CDLL(None)  # the process's own symbols (find_library would run ldconfig)

@@ -66,7 +66,8 @@ PATH = "path"
 TABLE = "table"
 KINDS = (STR, INT, FLOAT, BOOL, DURATION, SIZE, PATH, TABLE)
 
-#: component -> "module:Class", imported only by the doc generator and the drift tests.
+#: component -> "module:Class" of each component wired to a table, imported only by the doc
+#: generator and the drift tests (tests/contract/test_settings.py).
 REGISTRY: dict[str, str] = {
     "collect": "collector.telemetry.settings:CollectSettings",
     "agent": "collector.agent.settings:AgentSettings",

@@ -15,10 +15,11 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from dyncc_common.errors import DynccError
 from schemas.congestion_pb2 import CongestionConfig
 
 
-class SignatureError(Exception):
+class SignatureError(DynccError):
     """A config is unsigned or its signature does not verify."""
 
 

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from dyncc_common.errors import DynccError
 from schemas.tcpinfo_columns import (
     ADDRESS_COLUMNS,
     COLUMN_DTYPES,
@@ -86,7 +87,7 @@ __all__ = [
 ]
 
 
-class BatchDecodeError(ValueError):
+class BatchDecodeError(DynccError, ValueError):
     """A message that is not a valid schema-v2 TcpInfoBatch; str() is the reason."""
 
 
@@ -163,7 +164,7 @@ class ScannedBatch:
         return (h.host, int(h.run_id), int(h.sequence))
 
 
-class _Unusual(Exception):
+class _Unusual(DynccError):
     """An encoding the field scan does not handle; the protobuf runtime parses it."""
 
 
@@ -356,7 +357,7 @@ def _scan_fields(data: bytes) -> tuple[bytes, np.ndarray]:
 
 
 def _runtime_scan(data: bytes) -> ScannedBatch:
-    """Any valid encoding, parsed by the protobuf runtime (slow: ~70 ns a value)."""
+    """Any valid encoding, parsed by the protobuf runtime (the slow path: docs/performance.md)."""
     msg = _parse_header(data)
     _check_header(msg)
     rows = msg.row_count
@@ -396,7 +397,7 @@ def scan_batch(data: bytes) -> ScannedBatch:
 # ---------------------------------------------------------------- column decoding
 
 
-class GroupDecodeError(Exception):
+class GroupDecodeError(DynccError):
     """Some messages of a group failed column validation: {index in group: reason}."""
 
     def __init__(self, bad: dict[int, str]) -> None:

@@ -115,7 +115,7 @@ def encode_header(header: BatchHeader, *, sequence: int, batch_index: int, batch
     """The header fields (1..31) of a TcpInfoBatch, serialized as the protobuf runtime would.
 
     Written by hand so that a collector never loads the protobuf runtime
-    (~15 ms of a one-shot collector's start): fields in number order, proto3
+    (docs/performance.md, start-up): fields in number order, proto3
     defaults (0, "") omitted, repeated strings always written.
     tests/contract/test_tcpinfo_decode.py checks the bytes against the runtime.
     """

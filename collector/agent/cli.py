@@ -12,82 +12,23 @@ unchanged, 1 when refused or rolled back.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
-import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from collector.agent.settings import AgentSettings
 from dyncc_common.errors import ConfigError
-from dyncc_common.names import check_brokers, check_pop, check_topic
 from dyncc_common.runtime import StopFlag, setup_logging, start_metrics
-from dyncc_common.units import parse_duration
 
 if TYPE_CHECKING:
     from collector.agent.core import Agent
     from schemas.congestion_pb2 import CongestionConfig
 
 log = logging.getLogger("dyncc.agent")
-RESERVED_PROTOS = {0: "unspec", 1: "redirect", 2: "kernel", 3: "boot", 4: "static"}
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    src = parser.add_argument_group("config source (one of)")
-    src.add_argument("--kafka", metavar="BROKERS", help="Kafka bootstrap servers, e.g. kafka1:9092")
-    src.add_argument(
-        "--from-file",
-        metavar="CONFIG",
-        type=Path,
-        help="apply one signed CongestionConfig file (binary or JSON) and exit (needs --once)",
-    )
-    parser.add_argument("--once", action="store_true", help="with --from-file: apply once and exit")
-    parser.add_argument("--pop", required=True, help="the POP this host belongs to (config key)")
-    parser.add_argument(
-        "--public-key", required=True, type=Path, metavar="PEM", help="Ed25519 public key of the controller (PEM)"
-    )
-    parser.add_argument("--netns", default=None, help="network namespace to manage (default: this one)")
-    parser.add_argument("--host", default=socket.gethostname(), help="host name in statuses (default: hostname)")
-    parser.add_argument("--config-topic", default="dyncc-configs", help="compacted config topic (key = POP)")
-    parser.add_argument("--status-topic", default="dyncc-apply-status", help="ApplyStatus topic (key = host)")
-    parser.add_argument("--reconcile-every", default="60s", help="periodic reconcile interval (default 60s)")
-    parser.add_argument(
-        "--proto", type=int, default=250, help="routing protocol number tagging owned routes (default 250)"
-    )
-    parser.add_argument(
-        "--state-dir", type=Path, default=None, help="applied version and config (default /var/lib/dyncc/agent-POP)"
-    )
-    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
-    parser.add_argument("-v", "--verbose", action="store_true")
-
-
-def _check_args(args: argparse.Namespace) -> float:
-    if bool(args.kafka) == bool(args.from_file):
-        raise ConfigError("give exactly one of --kafka BROKERS or --from-file CONFIG")
-    if args.from_file and not args.once:
-        raise ConfigError("--from-file applies one config: add --once")
-    if args.once and not args.from_file:
-        raise ConfigError("--once is only for --from-file")
-    check_pop(args.pop)
-    if not args.host or not args.host.strip():
-        raise ConfigError("--host must not be empty")
-    if args.kafka:
-        check_brokers(args.kafka, "--kafka")
-        check_topic(args.config_topic, "--config-topic")
-        check_topic(args.status_topic, "--status-topic")
-    if not 0 <= args.metrics_port <= 65535:
-        raise ConfigError(f"bad --metrics-port {args.metrics_port}: 0 (off) or 1-65535")
-    if args.state_dir is not None and args.state_dir.exists() and not args.state_dir.is_dir():
-        raise ConfigError(f"bad --state-dir {args.state_dir}: not a directory")
-    if not 1 <= args.proto <= 255 or args.proto in RESERVED_PROTOS:
-        raise ConfigError(f"--proto {args.proto}: use a dedicated protocol number in 5..255 (default 250)")
-    if args.netns and not os.path.exists(f"/run/netns/{args.netns}"):
-        raise ConfigError(f"network namespace {args.netns!r} does not exist")
-    every = parse_duration(args.reconcile_every, "--reconcile-every")
-    if every <= 0:
-        raise ConfigError("--reconcile-every must be positive")
-    return every
+SETTINGS = AgentSettings
 
 
 def _read_config_file(path: Path) -> CongestionConfig:
@@ -108,29 +49,29 @@ def _read_config_file(path: Path) -> CongestionConfig:
         raise ConfigError(f"config file {path} is not a CongestionConfig: {exc}") from exc
 
 
-def _build_agent(args: argparse.Namespace) -> Agent:
+def _build_agent(settings: AgentSettings) -> Agent:
     from collector.agent.core import Agent, AgentMetrics
     from collector.agent.routes import RouteTable
     from collector.agent.state import AgentState, StateError, default_state_dir
     from schemas.signing import load_public_key
 
     try:
-        public_key = load_public_key(args.public_key)
+        public_key = load_public_key(settings.public_key)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot load public key {args.public_key}: {exc}") from exc
-    state_dir = args.state_dir or default_state_dir(args.pop)
+        raise ConfigError(f"cannot load public key {settings.public_key}: {exc}") from exc
+    state_dir = settings.state_dir or default_state_dir(settings.pop)
     try:
-        state = AgentState(state_dir, args.pop).load()
+        state = AgentState(state_dir, settings.pop).load()
     except StateError as exc:
         raise ConfigError(str(exc)) from exc
     try:
-        table = RouteTable(args.netns, proto=args.proto)
+        table = RouteTable(settings.netns, proto=settings.proto)
     except OSError as exc:
-        raise ConfigError(f"cannot open netlink in {args.netns or 'this namespace'}: {exc}") from exc
+        raise ConfigError(f"cannot open netlink in {settings.netns or 'this namespace'}: {exc}") from exc
     return Agent(
-        pop=args.pop,
-        host=args.host,
-        netns=args.netns,
+        pop=settings.pop,
+        host=settings.host,
+        netns=settings.netns,
         public_key=public_key,
         state=state,
         table=table,
@@ -138,13 +79,14 @@ def _build_agent(args: argparse.Namespace) -> Agent:
     )
 
 
-def _run_once(args: argparse.Namespace) -> int:
+def _run_once(settings: AgentSettings) -> int:
     from google.protobuf import json_format
 
     from schemas.congestion_pb2 import ApplyStatus
 
-    config = _read_config_file(args.from_file)
-    agent = _build_agent(args)
+    assert settings.from_file is not None  # AgentSettings: --once goes with --from-file
+    config = _read_config_file(settings.from_file)
+    agent = _build_agent(settings)
     try:
         status = agent.handle(config)
     finally:
@@ -153,30 +95,32 @@ def _run_once(args: argparse.Namespace) -> int:
     return 0 if status.result in (ApplyStatus.APPLIED, ApplyStatus.UNCHANGED) else 1
 
 
-def _run_kafka(args: argparse.Namespace, every: float) -> int:
+def _run_kafka(settings: AgentSettings) -> int:
     from collector.agent.events import RouteEventWatcher
     from collector.agent.kafka import ConfigConsumer, StatusProducer
 
-    agent = _build_agent(args)
+    assert settings.kafka is not None  # AgentSettings: exactly one of --kafka and --from-file
+    every = settings.reconcile_every
+    agent = _build_agent(settings)
     metrics = agent.metrics
-    start_metrics(args.metrics_port, metrics.registry)
+    start_metrics(settings.metrics_port, metrics.registry)
     stop = StopFlag()
-    watcher = RouteEventWatcher(args.netns, args.proto)
-    producer = StatusProducer(args.kafka, args.status_topic, on_error=lambda _e: metrics.kafka_errors.inc())
+    watcher = RouteEventWatcher(settings.netns, settings.proto)
+    producer = StatusProducer(settings.kafka, settings.status_topic, on_error=lambda _e: metrics.kafka_errors.inc())
     consumer = ConfigConsumer(
-        args.kafka,
-        args.config_topic,
-        args.pop,
-        args.host,
+        settings.kafka,
+        settings.config_topic,
+        settings.pop,
+        settings.host,
         on_error=lambda _e: metrics.kafka_errors.inc(),
         on_malformed=metrics.malformed.inc,
     )
     log.info(
         "agent for POP %s on %s (netns %s, proto %d): config v%d in force, reconcile every %gs",
-        args.pop,
-        args.host,
-        args.netns or "-",
-        args.proto,
+        settings.pop,
+        settings.host,
+        settings.netns or "-",
+        settings.proto,
         agent.state.version,
         every,
     )
@@ -210,9 +154,9 @@ def _run_kafka(args: argparse.Namespace, every: float) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    setup_logging(args.verbose)  # logs go to stderr; with --from-file stdout carries the JSON status
-    every = _check_args(args)
-    if args.from_file:
-        return _run_once(args)
-    return _run_kafka(args, every)
+def run(settings: AgentSettings) -> int:
+    setup_logging(settings.verbose)  # logs go to stderr; with --from-file stdout carries the JSON status
+    settings.check_host()
+    if settings.from_file:
+        return _run_once(settings)
+    return _run_kafka(settings)

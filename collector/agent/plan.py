@@ -28,6 +28,7 @@ from collector.netlink.rtnetlink import (
     RTN_UNICAST,
     RouteRecord,
 )
+from dyncc_common.errors import DynccError
 from schemas.congestion_pb2 import CongestionConfig
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -151,7 +152,7 @@ def check_config(
     return Verdict(ACCEPT)
 
 
-class InvalidConfig(ValueError):
+class InvalidConfig(DynccError, ValueError):
     """A config entry the agent will not turn into a route."""
 
 

@@ -47,6 +47,7 @@ from collector.netlink.rtnetlink import (
     parse_error,
     parse_route,
 )
+from dyncc_common.errors import DynccError
 
 RECV_BUFFER = 1 << 18
 SOCKET_BUFFER = 8 << 20
@@ -54,7 +55,7 @@ SO_SNDBUFFORCE = 32  # asm-generic/socket.h (not exported by the socket module)
 SO_RCVBUFFORCE = 33
 
 
-class RouteWriteError(Exception):
+class RouteWriteError(DynccError):
     """A route request failed; earlier requests of the batch may have been applied."""
 
 

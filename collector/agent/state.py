@@ -15,11 +15,12 @@ from pathlib import Path
 
 from google.protobuf.message import DecodeError
 
+from dyncc_common.errors import DynccError
 from dyncc_common.files import atomic_write
 from schemas.congestion_pb2 import CongestionConfig
 
 
-class StateError(Exception):
+class StateError(DynccError):
     """The state directory holds something unreadable."""
 
 

@@ -1,7 +1,7 @@
 """Minimal rtnetlink route codec for the edge agent (pure, no I/O).
 
-pyroute2's generic message classes cost ~0.4 ms per route to encode and
-~0.2 ms to parse, which is too slow for 10k-prefix applies, so the few message
+pyroute2's generic message classes are too slow for 10k-prefix applies
+(docs/performance.md), so the few message
 shapes the agent needs are encoded and parsed here with precompiled structs on
 memoryviews:
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from collector.netlink.abi import NLM_F_DUMP, NLM_F_DUMP_INTR, NLM_F_REQUEST, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN
+from dyncc_common.errors import DynccError
 
 SOCK_DIAG_BY_FAMILY = 20
 
@@ -60,7 +61,7 @@ RCVBUF = 4 * 1024 * 1024
 _REQ = struct.Struct("=IHHII BBBB I HH16s16sI8s")
 
 
-class DumpError(Exception):
+class DumpError(DynccError):
     """The dump could not be done (netlink error, namespace missing, timeout)."""
 
 

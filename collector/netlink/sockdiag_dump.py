@@ -37,6 +37,7 @@ from collector.netlink.sockdiag import (
     walk_messages,
 )
 from collector.netlink.sockdiag_parse import PAD, ErrorCounts, Parsed, parse_messages, walk_datagrams
+from dyncc_common.errors import DynccError
 
 
 @dataclass
@@ -78,7 +79,7 @@ def process_chunk(
     return None
 
 
-class _Stopped(Exception):
+class _Stopped(DynccError):
     """The dump was abandoned while the reader waited for a buffer."""
 
 

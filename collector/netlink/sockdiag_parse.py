@@ -7,8 +7,9 @@ Two steps:
   * `parse_messages` decodes all recorded messages at once, vectorized: the
     fixed nlmsghdr + inet_diag_msg part is gathered into a structured array,
     the attribute chains are walked for all messages in parallel (one numpy
-    step per attribute position), and tcp_info / congestion name / BBR info /
-    skmeminfo are gathered by their attribute lengths.
+    step per attribute position), then each attribute's decoder module
+    (attr_tcp_info, attr_cong, attr_bbr_info, attr_skmeminfo) turns the
+    payload offsets and lengths it found into columns, again vectorised.
 
 Nothing from the wire is trusted: every length is bounds-checked, malformed
 messages or attributes are counted by kind in an `ErrorCounts` and skipped,
@@ -23,22 +24,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collector.netlink import attr_bbr_info, attr_cong, attr_skmeminfo, attr_tcp_info
 from collector.netlink.abi import NLM_F_DUMP_INTR, NLMSG_DONE, NLMSG_ERROR, NLMSG_HDRLEN
-from collector.netlink.attr_tcp_info import APP_LIMITED_BYTE, FIELDS, TCP_INFO_MAX, TCP_INFO_WORDS, WSCALE_BYTE
+from collector.netlink.attr_bbr_info import INET_DIAG_BBRINFO
+from collector.netlink.attr_cong import INET_DIAG_CONG
+from collector.netlink.attr_skmeminfo import INET_DIAG_SKMEMINFO
+from collector.netlink.attr_tcp_info import INET_DIAG_INFO, TCP_INFO_WORDS
+from collector.netlink.gather import records
 from collector.netlink.sockdiag import SOCK_DIAG_BY_FAMILY, Buf, WalkResult, walk_messages
 
 DIAG_MSG_LEN = NLMSG_HDRLEN + 72  # nlmsghdr + struct inet_diag_msg
 
-INET_DIAG_INFO = 2
 INET_DIAG_VEGASINFO = 3
-INET_DIAG_CONG = 4
-INET_DIAG_SKMEMINFO = 7
-INET_DIAG_BBRINFO = 16
 
 MAX_ATTRS = 64  # attributes walked per message before giving up
-TCA_CC_MAX = 16  # TCP_CA_NAME_MAX
-BBR_INFO_LEN = 20
-SKMEM_WORDS = 9
 #: Zero bytes a parse buffer must carry past its last message (gathers read fixed widths).
 PAD = 4 * TCP_INFO_WORDS + 64
 
@@ -74,11 +73,6 @@ HEADER_DTYPE = np.dtype(
         "offsets": [0, 4, 6, 8, 12, 16, 17, 18, 19, 20, 22, 24, 40, 56, 60, 68, 72, 76, 80, 84],
         "itemsize": DIAG_MSG_LEN,
     }
-)  # fmt: skip
-
-SKMEM_COLUMNS = (
-    "skmem_rmem_alloc", "skmem_rcvbuf", "skmem_wmem_alloc", "skmem_sndbuf", "skmem_fwd_alloc",
-    "skmem_wmem_queued", "skmem_optmem", "skmem_backlog", "skmem_drops",
 )  # fmt: skip
 
 
@@ -230,71 +224,6 @@ class Parsed:
     rows: int
 
 
-def _records(base: np.ndarray, nwords: int) -> np.ndarray:
-    """Every 4-aligned nwords-word window of the buffer as one opaque record (a view, no copy).
-
-    Indexing it with word positions copies whole records (a memcpy per row),
-    several times faster than an element-wise gather.
-    """
-    count = max((base.nbytes - 4 * nwords) // 4 + 1, 0)
-    return np.ndarray(buffer=base, dtype=np.dtype((np.void, 4 * nwords)), shape=(count,), strides=(4,))
-
-
-def _gather_words(base: np.ndarray, pos: np.ndarray, payload_len: np.ndarray, nwords: int) -> np.ndarray:
-    """(rows, nwords) uint32 words from byte offset pos (4-aligned, -1 = absent).
-
-    Words at or past payload_len bytes are zero.  The buffer must extend
-    nwords words past every present position (parse buffers carry PAD zero bytes).
-    """
-    rows = pos.shape[0]
-    have = pos >= 0
-    all_there = bool(have.all())
-    if not all_there and not have.any():
-        return np.zeros((rows, nwords), dtype=np.uint32)
-    recs = _records(base, nwords)
-    if all_there:
-        out = recs[pos >> 2].view(np.uint32).reshape(rows, nwords)
-    else:
-        out = np.zeros((rows, nwords), dtype=np.uint32)
-        out[have] = recs[pos[have] >> 2].view(np.uint32).reshape(-1, nwords)
-    nvalid = np.minimum(np.maximum(payload_len, 0) // 4, nwords)
-    short = have & (nvalid < nwords)
-    if short.any():
-        out[short] *= (np.arange(nwords) < nvalid[short][:, None]).astype(np.uint32)
-    return out
-
-
-_BLOCK_ROWS = 512  # rows transposed at a time (512 * 248 bytes stay in the CPU cache)
-
-
-def _info_columns(words: np.ndarray) -> dict[str, np.ndarray]:
-    """tcp_info fields and bit fields as contiguous columns from (rows, TCP_INFO_WORDS) words.
-
-    The words are transposed in row blocks first: reading one field of every
-    row straight from `words` would pull the whole record array through the
-    cache once per column (~60 times), and the encoder reads every column.
-    """
-    rows = words.shape[0]
-    wt = np.empty((TCP_INFO_WORDS, rows), dtype=np.uint32)
-    for start in range(0, rows, _BLOCK_ROWS):
-        wt[:, start : start + _BLOCK_ROWS] = words[start : start + _BLOCK_ROWS].T
-    cols: dict[str, np.ndarray] = {}
-    for name, off, size in FIELDS:
-        word = wt[off >> 2]
-        if size == 4:
-            cols[name] = word
-        elif size == 8:
-            cols[name] = word.astype(np.uint64) | (wt[(off >> 2) + 1].astype(np.uint64) << np.uint64(32))
-        else:  # 1 or 2 bytes inside a little-endian word
-            cols[name] = (word >> np.uint32(8 * (off & 3))) & np.uint32((1 << (8 * size)) - 1)
-    flags = wt[WSCALE_BYTE >> 2] >> np.uint32(8 * (WSCALE_BYTE & 3))
-    cols["snd_wscale"] = flags & np.uint32(0x0F)
-    cols["rcv_wscale"] = (flags >> np.uint32(4)) & np.uint32(0x0F)
-    limited = wt[APP_LIMITED_BYTE >> 2] >> np.uint32(8 * (APP_LIMITED_BYTE & 3))
-    cols["app_limited"] = limited & np.uint32(0x01)
-    return cols
-
-
 def _to_mapped16(raw: np.ndarray, is_v4: np.ndarray) -> np.ndarray:
     """16-byte addresses; IPv4 rows (first 4 bytes) become ::ffff:a.b.c.d."""
     if not is_v4.any():
@@ -311,39 +240,6 @@ def _to_mapped16(raw: np.ndarray, is_v4: np.ndarray) -> np.ndarray:
     v4[:, 10:12] = 0xFF
     out[is_v4] = v4
     return out
-
-
-def _cc_table(
-    raw: np.ndarray, length: np.ndarray, have: np.ndarray, errors: ErrorCounts
-) -> tuple[np.ndarray, list[str]]:
-    """Congestion-control names -> (cc_index per row, names).  Absent names are ''."""
-    rows = raw.shape[0]
-    names: list[str] = [""]
-    index = np.zeros(rows, dtype=np.uint32)
-    if not have.any():
-        return index, names
-    nbytes = np.minimum(np.maximum(length, 0), TCA_CC_MAX)
-    masked = raw * (np.arange(TCA_CC_MAX) < nbytes[:, None]).astype(np.uint8)
-    keys = np.ascontiguousarray(masked).view(np.uint64)  # (rows, 2)
-    k0, k1 = keys[:, 0], keys[:, 1]
-    todo = have.copy()
-    # few distinct names per chunk: peel them off one at a time
-    while todo.any():
-        first = int(np.argmax(todo))
-        same = todo & (k0 == k0[first]) & (k1 == k1[first])
-        text = masked[first].tobytes().split(b"\0", 1)[0]
-        try:
-            name = text.decode("ascii")
-        except UnicodeDecodeError:
-            name = ""
-        if not name or not name.isprintable() or " " in name:
-            errors["bad_cc_name"] += int(np.count_nonzero(same))
-            name = ""
-        if name not in names:
-            names.append(name)
-        index[same] = names.index(name)
-        todo &= ~same
-    return index, names
 
 
 _LAYOUT_TRIES = 4  # layouts tried per parse (sockets of one kernel come in a few shapes)
@@ -449,7 +345,7 @@ def parse_messages(
         base = np.frombuffer(buf, dtype=np.uint8, count=size - size % 4)
     u32 = base.view(np.uint32)
 
-    hdr = _records(base, DIAG_MSG_LEN // 4)[offs >> 2].view(HEADER_DTYPE).reshape(-1)
+    hdr = records(base, DIAG_MSG_LEN // 4)[offs >> 2].view(HEADER_DTYPE).reshape(-1)
     good = np.ones(hdr.shape[0], dtype=bool)
     if seq is not None:
         bad = hdr["nlmsg_seq"] != np.uint32(seq & 0xFFFFFFFF)
@@ -519,38 +415,11 @@ def parse_messages(
     cols["uid"] = hdr["uid"].astype(np.uint32)
     cols["inode"] = hdr["inode"].astype(np.uint32)
 
-    # ---- tcp_info by its attribute length
-    info_pos, info_len = found[INET_DIAG_INFO], flen[INET_DIAG_INFO]
-    missing = info_pos < 0
-    if missing.any():
-        errors["missing_tcp_info"] += int(np.count_nonzero(missing))
-    words = _gather_words(base, info_pos, np.minimum(info_len, TCP_INFO_MAX), TCP_INFO_WORDS)
-    cols["tcp_info_len"] = np.where(missing, 0, np.minimum(info_len, 0xFFFF)).astype(np.uint32)
-    cols.update(_info_columns(words))
-
-    # ---- congestion control name
-    cong_pos, cong_len = found[INET_DIAG_CONG], flen[INET_DIAG_CONG]
-    cong_raw = _gather_words(base, cong_pos, np.full(rows, TCA_CC_MAX), TCA_CC_MAX // 4).view(np.uint8)
-    cc_index, cc_names = _cc_table(cong_raw, cong_len, cong_pos >= 0, errors)
-    cols["cc_index"] = cc_index
-
-    # ---- BBR info (only when the kernel sent a complete struct tcp_bbr_info)
-    bbr_pos, bbr_len = found[INET_DIAG_BBRINFO], flen[INET_DIAG_BBRINFO]
-    short_bbr = (bbr_pos >= 0) & (bbr_len < BBR_INFO_LEN)
-    if short_bbr.any():
-        errors["short_bbr_info"] += int(np.count_nonzero(short_bbr))
-        bbr_pos = np.where(short_bbr, -1, bbr_pos)
-    bbr = _gather_words(base, bbr_pos, bbr_len, 5)
-    cols["has_bbr_info"] = (bbr_pos >= 0).astype(np.uint32)
-    cols["bbr_bw"] = bbr[:, 0].astype(np.uint64) | (bbr[:, 1].astype(np.uint64) << np.uint64(32))
-    cols["bbr_min_rtt"] = bbr[:, 2].copy()
-    cols["bbr_pacing_gain"] = bbr[:, 3].copy()
-    cols["bbr_cwnd_gain"] = bbr[:, 4].copy()
-
-    # ---- skmeminfo
-    sk = _gather_words(base, found[INET_DIAG_SKMEMINFO], flen[INET_DIAG_SKMEMINFO], SKMEM_WORDS)
-    for k, name in enumerate(SKMEM_COLUMNS):
-        cols[name] = sk[:, k].copy()
+    # ---- one decoder per attribute, each given the payload offsets (-1 = absent) and lengths
+    cols.update(attr_tcp_info.decode(base, found[INET_DIAG_INFO], flen[INET_DIAG_INFO], errors))
+    cols["cc_index"], cc_names = attr_cong.decode(base, found[INET_DIAG_CONG], flen[INET_DIAG_CONG], errors)
+    cols.update(attr_bbr_info.decode(base, found[INET_DIAG_BBRINFO], flen[INET_DIAG_BBRINFO], errors))
+    cols.update(attr_skmeminfo.decode(base, found[INET_DIAG_SKMEMINFO], flen[INET_DIAG_SKMEMINFO]))
     return Parsed(columns=cols, cc_names=cc_names, rows=rows)
 
 

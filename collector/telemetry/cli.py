@@ -12,31 +12,32 @@ import argparse
 import gc
 import os
 import sys
-from typing import Any
 
 from collector.telemetry.prefetch import Prefetch
-from collector.telemetry.settings import add_arguments, load_raw
+from collector.telemetry.settings import CollectSettings
 from collector.telemetry.start import discard_early_prefetch, exit_now, process_is_dyncc, start_prefetch
+
+SETTINGS = CollectSettings
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """The examples under --help (the flags come from SETTINGS)."""
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n", 2)[2] if __doc__ else None
-    add_arguments(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    raw = load_raw(args)  # numpy-free: --once starts the kernel dump before the heavy imports
-    once = bool(raw["once"])
+def run(settings: CollectSettings) -> int:
+    settings.check_host()  # numpy-free: --once starts the kernel dump before the heavy imports
+    once = settings.once
     gc_was_enabled = gc.isenabled()
     prefetch = None
     if once:
         gc.disable()  # a one-shot run frees its memory by exiting
-        prefetch = start_prefetch(raw)
+        prefetch = start_prefetch(settings.dump_plan_settings())
     else:
         discard_early_prefetch()  # "--once" was an option's value: no one-shot run after all
     try:
-        code = _run(raw, prefetch)
+        code = _run(settings, prefetch)
     finally:
         if prefetch is not None:
             prefetch.close()
@@ -47,13 +48,11 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-def _run(raw: dict[str, Any], prefetch: Prefetch | None) -> int:
+def _run(cfg: CollectSettings, prefetch: Prefetch | None) -> int:
     from collector.telemetry.metrics import CollectMetrics
     from collector.telemetry.runner import CollectLoop, make_sink
-    from collector.telemetry.settings import build_config
     from dyncc_common.runtime import StopFlag, setup_logging, start_metrics
 
-    cfg = build_config(raw)
     setup_logging(cfg.verbose)
     if not cfg.once and process_is_dyncc():
         from dyncc_common.heap import keep_freed_memory

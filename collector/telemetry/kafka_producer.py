@@ -2,8 +2,8 @@
 
 `import confluent_kafka` runs the package's `__init__`, which imports its
 serializer and schema-registry helpers and through them asyncio, ssl, typing
-and enum: 20-30 ms warm and up to ~80 ms cold on the development VM, on the
-critical path of every `dyncc collect --once`.  The collector needs only the
+and enum, on the critical path of every `dyncc collect --once` (docs/performance.md,
+start-up).  The collector needs only the
 C extension (`confluent_kafka.cimpl`: Producer, KafkaError, KafkaException),
 which imports nothing at load time.
 

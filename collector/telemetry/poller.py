@@ -125,7 +125,7 @@ class PollResult:
 Body = tuple[int, BodyParts]  # (row_count, encoded column fields as parts: joined with the header)
 
 
-class _Encoder:
+class Encoder:
     """Filters parsed chunks of one dump attempt and turns them into batch bodies (`out`)."""
 
     def __init__(
@@ -321,7 +321,7 @@ class Poller:
             for family in (socket.AF_INET, socket.AF_INET6):
                 exclude: np.ndarray | None = None
                 for attempt in (0, 1):
-                    enc = _Encoder(self.cfg, batcher.cc_names, batcher.body, exclude)
+                    enc = Encoder(self.cfg, batcher.cc_names, batcher.body, exclude)
                     errors = ErrorCounts()
                     job = None
                     if attempt == 0 and prefetch is not None:

@@ -19,7 +19,7 @@ from collector.netlink.sockdiag import DumpTimeout
 from collector.telemetry.metrics import CollectMetrics
 from collector.telemetry.poller import Poller, PollResult
 from collector.telemetry.prefetch import Prefetch
-from collector.telemetry.settings import CollectConfig
+from collector.telemetry.settings import CollectSettings
 from collector.telemetry.sinks import FileSink, KafkaSink, Sink, StdoutSink
 from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag
@@ -27,7 +27,7 @@ from dyncc_common.runtime import StopFlag
 log = logging.getLogger("dyncc.collect")
 
 
-def make_sink(cfg: CollectConfig, metrics: CollectMetrics) -> Sink:
+def make_sink(cfg: CollectSettings, metrics: CollectMetrics) -> Sink:
     if cfg.sink == "file":
         try:
             return FileSink(cfg.out, metrics, rotate_bytes=cfg.rotate_bytes, keep=cfg.keep)
@@ -39,11 +39,11 @@ def make_sink(cfg: CollectConfig, metrics: CollectMetrics) -> Sink:
         return KafkaSink(
             cfg.brokers,
             cfg.topic,
-            cfg.poller.host,
+            cfg.host,
             metrics,
             queue_max_bytes=cfg.queue_max_bytes,
             linger_ms=min(cfg.linger_ms, 5) if cfg.once else cfg.linger_ms,
-            extra=cfg.kafka_extra,
+            extra=dict(cfg.kafka),
             quiet=cfg.once,  # the run's one closing line says what went wrong
         )
     except Exception as exc:  # confluent_kafka.KafkaException on bad settings
@@ -67,7 +67,7 @@ def record(metrics: CollectMetrics, result: PollResult, took: float) -> None:
 class CollectLoop:
     def __init__(
         self,
-        cfg: CollectConfig,
+        cfg: CollectSettings,
         sink: Sink,
         metrics: CollectMetrics,
         stop: StopFlag,
@@ -77,7 +77,7 @@ class CollectLoop:
         self.sink = sink
         self.metrics = metrics
         self.stop = stop
-        self.poller = Poller(cfg.poller, prefetch=prefetch)
+        self.poller = Poller(cfg.poller_config(), prefetch=prefetch)
         self.polls = 0
         self.last_summary = ""
 

@@ -2,7 +2,7 @@
 
 - start_early_prefetch: called by the CLI before it loads the collect
   command: for `--once` with the dump given by flags alone (no --config), fork
-  the dump helper straight from the command line (~30 ms before the full
+  the dump helper straight from the command line (before the full
   option parsing would, with the dump the critical path of a one-shot run);
   the CLI discards it (discard_early_prefetch) if the command did not take it.
 - start_prefetch: for --once, the early helper if it dumps what the settings
@@ -24,9 +24,12 @@ import os
 import sys
 from typing import Any
 
-from collector.netlink.sockdiag import DEFAULT_STATES, namespaces_to_dump, parse_states, state_mask
+from collector.netlink.sockdiag import namespaces_to_dump, parse_states, state_mask
 from collector.telemetry.prefetch import Prefetch
 from dyncc_common.errors import ConfigError
+
+#: the settings that decide the kernel dump (CollectSettings dests)
+DUMP_SETTINGS = ("state", "netns", "all_netns")
 
 _early: Prefetch | None = None  # forked by start_early_prefetch, taken by start_prefetch
 
@@ -50,18 +53,18 @@ def start_early_prefetch(argv: list[str]) -> None:
     global _early
     if "--once" not in argv or any(a in ("-h", "--help") or a.startswith("--config") for a in argv):
         return
-    # The options that decide the dump, as telemetry.settings.add_arguments spells them (a test
-    # keeps them in step); anything this reads differently only means the helper's dump is
-    # not used.
+    # The options that decide the dump, from the same rows as the full parser (CollectSettings);
+    # anything this reads differently only means the helper's dump is not used.
+    from collector.telemetry.settings import CollectSettings
+
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--netns", action="append", default=[])
-    parser.add_argument("--all-netns", action="store_true")
-    parser.add_argument("--state", action="append")
+    CollectSettings.add_arguments(parser, only=DUMP_SETTINGS)
     try:
-        args, _ = parser.parse_known_args(argv)
+        given = vars(parser.parse_known_args(argv)[0])
     except SystemExit:  # argparse's error exit: the full parser reports it
         return
-    plan = _dump_plan({"state": args.state or list(DEFAULT_STATES), "netns": args.netns, "all_netns": args.all_netns})
+    defaults = CollectSettings.defaults()
+    plan = _dump_plan({key: given.get(key, defaults[key]) for key in DUMP_SETTINGS})
     if plan is not None:
         _early = Prefetch.start(*plan)
 

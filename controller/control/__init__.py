@@ -1,3 +1,6 @@
 """`dyncc control`: the scoring and publishing loop and its actions."""
 
-__all__: list[str] = []
+__all__ = [
+    "cli",
+    "settings",
+]

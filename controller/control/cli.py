@@ -7,152 +7,67 @@
 Rounds run on an APScheduler interval aligned to `--every` boundaries (plus
 `--delay` for late data), one at a time, missed runs coalesced.  Each round
 logs one line, updates Prometheus metrics, writes `selections` and hands the
-per-POP DesiredState to the publisher (not with --dry-run), whose outcome per
-POP is recorded in `round_outcomes`; the next round starts from the latest
-round in force (controller/scoring/state.py).  Every option is checked before
-the store is opened (`check_options`, ConfigError: one line, exit 2);
-`--once` exits 1 when a POP's config was rejected or could not be published.
-The rollout actions (keygen, rollout, kill-switch) come from
+per-POP DesiredState to the controller's Publisher (not with --dry-run); the
+outcome per POP is recorded in `round_outcomes`, and the next round starts from
+the latest round in force (controller/scoring/state.py).
+
+The flags are the rows of ControlSettings (controller/control/settings.py: the
+scoring definitions and the RolloutConfig are parts of it), and each action's
+sub-parser the rows of its own settings class.  `run(args)` turns the parsed
+command line into those settings objects first (every value checked: ConfigError,
+one line, exit 2; then the inventory, key and destination, before the store is
+opened); `--once` exits 1 when a POP's config was rejected or could not be
+published.  The rollout actions (keygen, rollout, kill-switch) run in
 controller/rollout/cli.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import logging
 import math
 import time
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag, setup_logging, start_metrics
-from dyncc_common.units import parse_duration
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Gauge
 
-    from controller.rollout.validate import ValidationPolicy
+    from controller.control.settings import ControlSettings
+    from controller.rollout.publish import Publisher
     from controller.scoring.desired import PublishOutcome
     from controller.scoring.round import RoundResult
-    from controller.scoring.settings import ScoringConfig
     from controller.store import Store
 
 log = logging.getLogger("dyncc.control")
 
-
-def _add_common(parser: argparse.ArgumentParser, suppress: bool) -> None:
-    default: Any = argparse.SUPPRESS if suppress else None
-    parser.add_argument(
-        "--clickhouse",
-        metavar="URL",
-        default=default,
-        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir",
-    )
-    parser.add_argument(
-        "--at",
-        metavar="TIME",
-        default=default,
-        help="score as of this UTC time (ISO 8601) instead of now (--once / explain)",
-    )
+#: options of the main parser repeated after an action name (SUPPRESS: a value given before it stays)
+SHARED = ("clickhouse", "kafka", "publish_dir", "private_key", "config_topic", "status_topic")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    _add_common(parser, suppress=False)
-    parser.add_argument("--every", default=None, help="round interval (default: the bucket, 5m)")
-    parser.add_argument("--delay", default=None, help="start rounds this long after a boundary (default 30s)")
-    parser.add_argument(
-        "--once",
-        action="store_true",
-        help="run one round now and exit (1 when a POP's config was rejected or not published)",
-    )
-    parser.add_argument("--pop", default="", help="only this POP (default: every POP)")
-    parser.add_argument("--dry-run", action="store_true", help="decide and print; write and publish nothing")
-    parser.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    g = parser.add_argument_group("scoring definitions")
-    g.add_argument("--bucket", default="5m", help="bucket length; not 5m reads raw tcpinfo (lab clock)")
-    g.add_argument("--lookback", default="3h", help="scoring window (default 3h = 36 buckets)")
-    g.add_argument(
-        "--min-bytes",
-        type=int,
-        default=102_400,
-        help="a flow qualifies when bytes_acked > this (not 102400 reads raw tcpinfo)",
-    )
-    g.add_argument(
-        "--min-bucket-samples",
-        type=int,
-        default=5,
-        help="qualifying samples for a prefix to count in a bucket (scoring's min_samples)",
-    )
-    g.add_argument("--threshold-quantile", type=float, default=0.2, help="per-bucket bad threshold quantile")
-    g.add_argument("--min-buckets", type=int, default=12, help="counted buckets needed to be scored")
-    g.add_argument("--min-duty", type=float, default=0.6)
-    g.add_argument("--max-flap", type=float, default=0.3)
-    g.add_argument("--min-rtt", default="10ms", help="median min_rtt below this: low-RTT, stays on CUBIC")
-    g = parser.add_argument_group("decisions")
-    g.add_argument("--holdout", type=float, default=0.10, help="fraction of candidates kept as control group")
-    g.add_argument("--min-hold", default="24h", help="minimum time on BBR before a revert")
-    g.add_argument("--cooldown", default="24h", help="block re-selection this long after a revert")
-    g.add_argument("--revert-margin", type=float, default=0.05, help="effect must be worse by more than this")
-    g.add_argument("--expire", default="7d", help="release prefixes not seen for this long")
-    g.add_argument("--max-bbr-per-pop", type=int, default=1000, help="cap of prefixes on BBR per POP")
-    g.add_argument("--max-new", type=int, default=100, help="max new selections per POP and round")
-    g.add_argument("--algorithm", default="bbr")
+    """The flags of ControlSettings, and the actions' sub-parsers from their settings tables."""
+    from controller.control.settings import ControlSettings, ExplainSettings
+    from controller.rollout.settings import KeygenSettings, KillSwitchSettings, RolloutActionSettings
 
+    ControlSettings.add_arguments(parser)
     subparsers = parser.add_subparsers(dest="action", metavar="ACTION")
     explain = subparsers.add_parser("explain", help="why a prefix got its decision")
-    _add_common(explain, suppress=True)
-    explain.add_argument("--pop", required=True, default=argparse.SUPPRESS)
-    explain.add_argument("--prefix", required=True)
-    from controller.rollout import cli as rollout_actions
-    from controller.rollout import publish as publisher
-
-    rollout_actions.register(subparsers)
-    publisher.add_publish_options(parser)
-
-
-def scoring_config(args: argparse.Namespace) -> ScoringConfig:
-    """The ScoringConfig from the command line; ConfigError with one line when inconsistent."""
-    from controller.scoring.settings import ScoringConfig, ScoringConfigError
-
-    bucket = parse_duration(args.bucket, "bucket")
-    lookback = parse_duration(args.lookback, "lookback")
-    if bucket != int(bucket) or lookback != int(lookback):
-        raise ConfigError("--bucket and --lookback must be whole seconds")
-    try:
-        return ScoringConfig(
-            bucket_seconds=int(bucket),
-            lookback_seconds=int(lookback),
-            min_bytes=args.min_bytes,
-            min_samples=args.min_bucket_samples,
-            threshold_quantile=args.threshold_quantile,
-            min_buckets=args.min_buckets,
-            min_duty=args.min_duty,
-            max_flap=args.max_flap,
-            min_rtt_ms=parse_duration(args.min_rtt, "min-rtt") * 1000,
-            holdout_fraction=args.holdout,
-            min_hold_seconds=int(parse_duration(args.min_hold, "min-hold")),
-            cooldown_seconds=int(parse_duration(args.cooldown, "cooldown")),
-            revert_margin=args.revert_margin,
-            max_per_pop=args.max_bbr_per_pop,
-            max_new_per_round=args.max_new,
-            algorithm=args.algorithm,
-        ).validate()
-    except ScoringConfigError as exc:
-        raise ConfigError(str(exc)) from exc
-
-
-def _round_time(args: argparse.Namespace) -> dt.datetime:
-    text = getattr(args, "at", None)
-    if not text:
-        return dt.datetime.now(dt.UTC)
-    try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ConfigError(f"bad --at {text!r}: use ISO 8601, e.g. 2024-03-01T12:00:30Z") from exc
-    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+    ControlSettings.add_arguments(explain, only={"clickhouse", "at"})
+    ExplainSettings.add_arguments(explain)
+    keygen = subparsers.add_parser("keygen", help="write an Ed25519 key pair for signing configs")
+    KeygenSettings.add_arguments(keygen)
+    rollout = subparsers.add_parser("rollout", help="staged rollout: status, or advance the gates now")
+    RolloutActionSettings.add_arguments(rollout)
+    ControlSettings.add_arguments(rollout, only=SHARED)
+    kill = subparsers.add_parser("kill-switch", help="publish an empty signed config: agents drop every route")
+    KillSwitchSettings.add_arguments(kill)
+    ControlSettings.add_arguments(kill, only=SHARED)
 
 
 class Metrics:
@@ -232,27 +147,27 @@ def _outcome_text(result: RoundResult) -> str:
 class Controller:
     """Runs rounds against one store; used by the scheduler and by --once."""
 
-    def __init__(self, store: Store, cfg: ScoringConfig, args: argparse.Namespace, metrics: Metrics) -> None:
+    def __init__(self, store: Store, settings: ControlSettings, metrics: Metrics) -> None:
+        from controller.rollout.validate import refusal
+
         self.store = store
-        self.cfg = cfg
-        self.args = args
+        self.settings = settings
+        self.cfg = settings.scoring
         self.metrics = metrics
-        from controller.rollout import publish as publisher
-
-        self.publisher: ModuleType | None = None if args.dry_run else publisher
-        target = getattr(args, "kafka", None) or getattr(args, "publish_dir", None)
-        if self.publisher is not None and not target:
+        self.publisher: Publisher | None = None
+        target = settings.rollout.kafka or settings.rollout.publish_dir
+        if not settings.dry_run and not target:
             log.warning("no --kafka or --publish-dir: desired states are recorded but not published")
-            self.publisher = None
-        # The publisher's counters go on the controller's registry (one /metrics endpoint).
-        args.metrics_registry = metrics.registry
-        self.expire_seconds = int(parse_duration(args.expire, "expire"))
-        from controller.scoring.round import refusal
+        if not settings.dry_run and target:
+            from controller.rollout.publish import Publisher
 
-        self.refuse = refusal(publisher.validation_policy(args))  # validation's per-prefix rule, cached
+            # The publisher's counters go on the controller's registry (one /metrics endpoint).
+            self.publisher = Publisher(store, settings.rollout, metrics.registry)
+        self.refuse = refusal(settings.rollout.validation_policy())  # validation's per-prefix rule, cached
 
     def round(self, now: dt.datetime | None = None) -> RoundResult | None:
         from controller.scoring.round import run_round
+        from controller.scoring.state import write_outcomes
         from controller.store import StoreError
 
         try:
@@ -260,9 +175,9 @@ class Controller:
                 self.store,
                 self.cfg,
                 now or dt.datetime.now(dt.UTC),
-                pop=self.args.pop,
-                dry_run=self.args.dry_run,
-                expire_seconds=self.expire_seconds,
+                pop=self.settings.pop,
+                dry_run=self.settings.dry_run,
+                expire_seconds=self.settings.expire_seconds,
                 publishing=self.publisher is not None,
                 refuse=self.refuse,
             )
@@ -273,14 +188,17 @@ class Controller:
         self.metrics.observe(result)
         if self.publisher is not None:  # also with no states: rollouts in flight advance
             try:
-                result.outcomes = self.publisher.publish_round(self.store, result.states, self.args)
+                outcomes = self.publisher.publish_round(result.states)
+                desired = {s.pop: s for s in result.states}
+                write_outcomes(self.store, [(desired[pop], o) for pop, o in outcomes.items()])
+                result.outcomes = outcomes
             except Exception as exc:  # the next round retries; never kill the loop
                 self.metrics.rounds.labels("publish_error").inc()
                 log.error("publishing round %s failed: %s", result.round_id, exc)
                 result.outcomes = self._failed(result, str(exc))
         for outcome in result.outcomes.values():
             self.metrics.outcomes.labels(outcome.status).inc()
-        log.info("%s", round_line(result, self.args.dry_run))
+        log.info("%s", round_line(result, self.settings.dry_run))
         return result
 
     def _failed(self, result: RoundResult, why: str) -> dict[str, PublishOutcome]:
@@ -310,106 +228,113 @@ def _print_decisions(result: RoundResult) -> None:
         print(f"{row['pop']}\t{row['prefix']}\t{row['decision']}\t{row['reason']}")
 
 
-def _check_pop_and_prefix(args: argparse.Namespace) -> None:
-    """--pop, explain's --prefix and --at, checked before the store is opened (ConfigError)."""
-    from dyncc_common.names import check_pop
+def run(args: argparse.Namespace) -> int:
+    """The command line -> settings objects (ControlSettings, and the action's), then run."""
+    from controller.control.settings import ControlSettings
 
-    explaining = getattr(args, "action", None) == "explain"
-    if args.pop or explaining:
-        check_pop(args.pop)
-    if explaining:
+    flags = vars(args)
+    action = flags.get("action")
+    config = flags.get("config")
+    if action == "keygen":
+        from controller.rollout import cli as rollout_actions
+        from controller.rollout.settings import KeygenSettings
+
+        return rollout_actions.keygen(KeygenSettings.from_sources(flags, config))
+    if action in ("rollout", "kill-switch"):
+        from controller.rollout import cli as rollout_actions
+        from controller.rollout.settings import KillSwitchSettings, RolloutActionSettings
+
+        if action == "rollout":
+            rollout = RolloutActionSettings.from_sources(flags, config)
+            settings = ControlSettings.from_sources(_without(flags, "pop"), config)
+            setup_logging(settings.verbose)
+            return rollout_actions.rollout(settings.clickhouse, settings.rollout, rollout)
+        kill = KillSwitchSettings.from_sources(flags, config)
+        settings = ControlSettings.from_sources(_without(flags, "pop"), config)
+        setup_logging(settings.verbose)
+        return rollout_actions.kill_switch(settings.clickhouse, settings.rollout, kill)
+    settings = ControlSettings.from_sources(flags, config)
+    setup_logging(settings.verbose)
+    if action == "explain":
+        from controller.control.settings import ExplainSettings
         from controller.scoring.explain import check_prefix
 
-        args.prefix = check_prefix(args.prefix)
-    _round_time(args)
-
-
-def run(args: argparse.Namespace) -> int:
-    action = getattr(args, "action", None)
-    if action not in (None, "explain"):
-        from controller.rollout import cli as rollout_actions
-
-        code = rollout_actions.run(args)
-        if code is not None:
-            return int(code)
-        raise ConfigError(f"unknown action {action!r}")
-    setup_logging(getattr(args, "verbose", False))
-    if not args.clickhouse:
+        explaining = ExplainSettings.from_sources(flags, config)
+        if not settings.clickhouse:
+            raise ConfigError("--clickhouse URL is required")
+        return _explain(settings, explaining.pop, check_prefix(explaining.prefix))
+    if not settings.clickhouse:
         raise ConfigError("--clickhouse URL is required")
-    cfg = scoring_config(args)
-    _check_pop_and_prefix(args)
-    if action is None:
-        check_options(args, cfg)
+    check_options(settings)
+    return _with_store(settings, lambda store: _control(store, settings))
+
+
+def _without(flags: dict[str, object], *keys: str) -> dict[str, object]:
+    return {k: v for k, v in flags.items() if k not in keys}
+
+
+def _with_store(settings: ControlSettings, body: Callable[[Store], int]) -> int:
     from controller.store import open_store
 
-    store = open_store(args.clickhouse)
+    store = open_store(str(settings.clickhouse))
     try:
         for table in ("selections", "scoring_buckets", "tcpinfo_5m"):
-            if not int(store.query_rows(f"EXISTS TABLE {table}")[0][0]):
+            if not store.table_exists(table):
                 raise ConfigError(f"table {table} missing in {store.url.redacted()}: run 'dyncc schema apply' first")
-        if args.pop:  # a POP with no telemetry and no published config is a typo, not "nothing to do"
+        if settings.pop:  # a POP with no telemetry and no published config is a typo, not "nothing to do"
             from controller.store.pops import require_known_pops
 
-            require_known_pops(store, [args.pop])
-        if action == "explain":
-            from controller.scoring.explain import explain
-
-            print(explain(store, cfg, args.pop, args.prefix, _round_time(args)))
-            return 0
-        return _control(store, cfg, args)
+            require_known_pops(store, [settings.pop])
+        return body(store)
     finally:
         store.close()
 
 
-def _control(store: Store, cfg: ScoringConfig, args: argparse.Namespace) -> int:
+def _explain(settings: ControlSettings, pop: str, prefix: str) -> int:
+    from controller.rollout.validate import refusal
+    from controller.scoring.explain import explain
+
+    refuse = refusal(settings.rollout.validation_policy())
+    when = settings.round_time()
+    ran = dataclasses.replace(settings, pop=pop)
+
+    def body(store: Store) -> int:
+        print(explain(store, settings.scoring, pop, prefix, when, refuse))
+        return 0
+
+    return _with_store(ran, body)
+
+
+def _control(store: Store, settings: ControlSettings) -> int:
     metrics = Metrics()
-    controller = Controller(store, cfg, args, metrics)
-    if args.once:
+    controller = Controller(store, settings, metrics)
+    if settings.once:
         from controller.scoring.desired import NOT_PUBLISHED
 
-        result = controller.round(_round_time(args))
+        result = controller.round(settings.round_time())
         if result is None:
             return 1
-        if args.dry_run:
+        if settings.dry_run:
             _print_decisions(result)
         failed = sorted(pop for pop, o in result.outcomes.items() if o.status in NOT_PUBLISHED)
         if failed:
             log.error("round %s: not published for %s", result.round_id, ", ".join(failed))
             return 1
         return 0
-    every, delay = _every_delay(args, cfg)
-    start_metrics(args.metrics_port, metrics.registry)
-    return schedule(controller, every, delay)
+    start_metrics(settings.metrics_port, metrics.registry)
+    return schedule(controller, float(settings.every or 0), float(settings.delay or 0))
 
 
-def _every_delay(args: argparse.Namespace, cfg: ScoringConfig) -> tuple[float, float]:
-    every = parse_duration(args.every, "every") if args.every else float(cfg.bucket_seconds)
-    delay = parse_duration(args.delay, "delay") if args.delay else min(30.0, cfg.bucket_seconds / 10)
-    if every <= 0 or delay >= every:
-        raise ConfigError("--every must be positive and longer than --delay")
-    return every, delay
-
-
-def check_options(args: argparse.Namespace, cfg: ScoringConfig) -> ValidationPolicy:
-    """Every option of a scoring round, checked before the store is opened (ConfigError, one line):
-    validation and rollout settings, caps that validation would always refuse, the schedule,
-    and — when publishing — the key, the destination and the topics."""
-    from controller.rollout import publish as publisher
-
-    policy = publisher.validation_policy(args)
-    publisher.rollout_settings(args)
-    conflicts = publisher.cap_conflicts(policy, cfg)
-    if conflicts:
-        raise ConfigError("; ".join(conflicts))
-    parse_duration(args.expire, "expire")
-    _every_delay(args, cfg)
-    if not 0 <= args.metrics_port <= 65535:
-        raise ConfigError(f"--metrics-port {args.metrics_port} must be 0..65535")
-    if not args.dry_run and (getattr(args, "kafka", None) or getattr(args, "publish_dir", None)):
+def check_options(settings: ControlSettings) -> None:
+    """What a round needs beyond the settings' own checks, before the store is opened
+    (ConfigError, one line): the inventory file and — when publishing — the key, the
+    destination and the topics."""
+    rollout = settings.rollout
+    rollout.rollout_settings()
+    if not settings.dry_run and (rollout.kafka or rollout.publish_dir):
         from controller.rollout.cli import check_publish_options
 
-        check_publish_options(args)
-    return policy
+        check_publish_options(rollout)
 
 
 def schedule(controller: Controller, every: float, delay: float, stop: StopFlag | None = None) -> int:

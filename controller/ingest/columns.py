@@ -12,10 +12,10 @@ without one Python object per row.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
 
 import numpy as np
 
+from controller.store.columns import Prepared, StrColumn, numpy_dtype, plain_columns
 from schemas.tcpinfo_columns import COLUMNS
 from schemas.tcpinfo_decode import GroupColumns
 
@@ -80,31 +80,6 @@ def _types() -> dict[str, str]:
 
 
 TCPINFO_TYPES.update(_types())
-
-_NUMPY: dict[str, np.dtype] = {
-    "UInt8": np.dtype("<u1"),
-    "UInt16": np.dtype("<u2"),
-    "UInt32": np.dtype("<u4"),
-    "UInt64": np.dtype("<u8"),
-    "DateTime": np.dtype("<u4"),
-}
-
-
-@dataclass
-class StrColumn:
-    """A String column as codes into `values` (row i is values[codes[i]])."""
-
-    codes: np.ndarray
-    values: list[str]
-
-    def __len__(self) -> int:
-        return int(self.codes.shape[0])
-
-    def to_objects(self) -> np.ndarray:
-        return np.array(self.values, dtype=object)[self.codes]
-
-
-Prepared = dict[str, "np.ndarray | StrColumn"]
 
 
 def _per_batch_strings(values: list[str], rows: np.ndarray) -> StrColumn:
@@ -182,15 +157,11 @@ def prepare(group: GroupColumns) -> tuple[Prepared, int]:
         if ch_type == "FixedString(16)":
             out[name] = col
         else:
-            out[name] = col.astype(_NUMPY[ch_type], copy=False)
+            out[name] = col.astype(numpy_dtype(ch_type), copy=False)
     assert all(len(v) == total for v in out.values())
     return out, total
 
 
-def numpy_dtype(ch_type: str) -> np.dtype | None:
-    return _NUMPY.get(ch_type)
-
-
 def to_insert_columns(prepared: Prepared) -> dict[str, np.ndarray]:
     """Plain numpy/object columns for Store.insert_columns (chDB path)."""
-    return {name: col.to_objects() if isinstance(col, StrColumn) else col for name, col in prepared.items()}
+    return plain_columns(prepared)

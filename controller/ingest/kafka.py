@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from controller.ingest.metrics import IngestMetrics
+from controller.ingest.settings import IngestSettings
 from controller.ingest.writer import BatchWriter, FlushResult, Incoming, PreparedFlush
 from controller.store import StoreError
 from dyncc_common.errors import ConfigError
@@ -73,24 +74,29 @@ T = TypeVar("T")
 Key = tuple[str, int]  # (topic, partition)
 
 
+_DEFAULTS = IngestSettings.defaults()  # the settings table holds the defaults: not repeated here
+
+
 @dataclass
 class KafkaConfig:
+    """The loader's configuration; IngestSettings.kafka_config() builds it from the settings."""
+
     brokers: str
-    topic: str = "tcpinfo"
-    group: str = "dyncc-ingest"
-    max_rows: int = 300_000  # ClickHouse writes (and merges) fewer parts for larger inserts
-    min_rows: int = 50_000  # flush at once when the insert thread is idle and this many rows wait
-    max_bytes: int = 128 << 20
-    max_wait: float = 2.0
-    inserters: int = 2  # concurrent INSERTs: ClickHouse runs each on its own thread
+    topic: str = _DEFAULTS["topic"]
+    group: str = _DEFAULTS["group"]
+    max_rows: int = _DEFAULTS["max_rows"]  # ClickHouse writes (and merges) fewer parts for larger inserts
+    min_rows: int = _DEFAULTS["min_rows"]  # flush at once when the insert thread is idle and this many rows wait
+    max_bytes: int = _DEFAULTS["max_bytes"]
+    max_wait: float = _DEFAULTS["max_wait"]
+    inserters: int = _DEFAULTS["inserters"]  # concurrent INSERTs: ClickHouse runs each on its own thread
     poll_messages: int = 32
-    drain: bool = False
+    drain: bool = _DEFAULTS["drain"]
     backoff_initial: float = 0.5
-    backoff_max: float = 30.0
+    backoff_max: float = _DEFAULTS["backoff_max"]
     lag_interval: float = 5.0
     kafka_timeout: float = 2.0  # bound of one housekeeping request (committed offsets, watermarks)
     log_interval: float = 10.0  # repeated Kafka messages: one summary line per interval
-    connect_timeout: float = 30.0  # wait_for_brokers(); 0 = do not check
+    connect_timeout: float = _DEFAULTS["connect_timeout"]  # wait_for_brokers(); 0 = do not check
 
 
 def consumer_settings(cfg: KafkaConfig, kafka_log: KafkaLog | None = None) -> dict[str, Any]:

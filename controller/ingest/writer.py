@@ -33,7 +33,6 @@ over the group's messages (flush()).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -41,11 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from controller.ingest.columns import Prepared, StrColumn, prepare, to_insert_columns
+from controller.ingest.columns import TCPINFO_TYPES, Prepared, StrColumn, prepare, to_insert_columns
 from controller.ingest.metrics import IngestMetrics
 from controller.ingest.sequence import Fill, Gap, Key, SeenBatch, SequenceTracker, find_fills
-from controller.store import ClickHouseStore, Store, StoreContentError
-from controller.store.clickhouse import clickhouse_error
+from controller.store import Store, StoreContentError
 from controller.store.sql import query
 from schemas.tcpinfo_decode import BatchDecodeError, ScannedBatch, decode_all, scan_batch
 
@@ -152,14 +150,8 @@ class BatchWriter:
         self.source = source
         self.tracker = SequenceTracker()
         self._counter = 0
-        # Native-protocol connections for the row inserts, one per concurrent insert (a
-        # pipelining caller may have several in flight; a driver connection is not shared).
-        self._native = native and isinstance(store, ClickHouseStore)
-        self._idle: list[Any] = []
-        self._connections: list[Any] = []
-        self._pool_lock = threading.Lock()
-        self._revision: int | None = None
-        self._block_ok = True
+        # native=False: the store's plain insert_columns (the driver's / chDB's own insert)
+        self._native = native
 
     # ------------------------------------------------------------ public
 
@@ -420,27 +412,7 @@ class BatchWriter:
         return result
 
     def close(self) -> None:
-        with self._pool_lock:
-            connections, self._connections, self._idle = self._connections, [], []
-        for client in connections:
-            client.disconnect()
-
-    def _checkout(self) -> Any:
-        with self._pool_lock:
-            if self._idle:
-                return self._idle.pop()
-        from controller.store.native import native_client
-
-        assert isinstance(self.store, ClickHouseStore)
-        client = native_client(self.store.url)
-        with self._pool_lock:
-            self._connections.append(client)
-        return client
-
-    def _checkin(self, client: Any) -> None:
-        with self._pool_lock:
-            if client in self._connections:
-                self._idle.append(client)
+        """Nothing to release: the store owns its insert connections (Store.close)."""
 
     # ------------------------------------------------------------ ledger
 
@@ -539,59 +511,14 @@ class BatchWriter:
         )
 
     def _native_block(self, columns: Prepared, rows: int) -> Any:
-        """Serialize the rows for the native insert now (on the preparing thread), if possible."""
-        if not self._native or not self._block_ok:
-            return None
-        from clickhouse_driver import errors as ch_errors
-
-        from controller.ingest.columns import TCPINFO_TYPES
-        from controller.store.native import serialize_block
-
-        if self._revision is None:
-            client = self._checkout()
-            try:
-                self._revision = client.revision()
-            except (ch_errors.Error, OSError, EOFError):
-                return None  # the insert itself reports the store being down
-            finally:
-                self._checkin(client)
-        return serialize_block(columns, rows, TCPINFO_TYPES, self._revision)
+        """Serialize the rows for the store's bulk insert now (on the preparing thread), if it can."""
+        return self.store.prepare_block(columns, rows, TCPINFO_TYPES) if self._native else None
 
     def _insert_rows(self, prepared: Prepared, rows: int, block: Any = None) -> None:
         if self._native:
-            from controller.store.native import NativeColumns, SchemaMismatch
-
-            if block is not None and self._block_ok:
-                try:
-                    self._native_insert(block, list(prepared))
-                    return
-                except SchemaMismatch as exc:
-                    log.warning("pre-serialized insert not possible (%s); serializing per server types", exc)
-                    self._block_ok = False
-            try:
-                self._native_insert(NativeColumns(prepared, rows), list(prepared))
-                return
-            except SchemaMismatch as exc:
-                log.warning("native insert not possible (%s); using the driver's insert from now on", exc)
-                self._native = False
-                self.close()
-        self.store.insert_columns(TABLE, to_insert_columns(prepared))
-
-    def _native_insert(self, data: Any, columns: list[str]) -> None:
-        from clickhouse_driver import errors as ch_errors
-
-        from controller.store.native import SchemaMismatch
-
-        names = ", ".join(columns)
-        client = self._checkout()
-        try:
-            client.execute(f"INSERT INTO {TABLE} ({names}) VALUES", [data])
-        except SchemaMismatch:
-            raise
-        except (ch_errors.Error, OSError, EOFError) as exc:
-            raise clickhouse_error(exc, self.store.url) from exc
-        finally:
-            self._checkin(client)
+            self.store.bulk_insert(TABLE, prepared, rows, block)
+        else:
+            self.store.insert_columns(TABLE, to_insert_columns(prepared))
 
 
 def _take_rows(columns: Prepared, offsets: np.ndarray, batches: list[int]) -> tuple[Prepared, int]:

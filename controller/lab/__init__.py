@@ -1,3 +1,16 @@
 """`dyncc lab` and `dyncc demo`: the whole loop on namespaces or a recording."""
 
-__all__: list[str] = []
+__all__ = [
+    "agent",
+    "cli",
+    "control",
+    "demo",
+    "loop",
+    "pipeline",
+    "replay",
+    "run",
+    "table",
+    "telemetry",
+    "topology",
+    "traffic",
+]

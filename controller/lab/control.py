@@ -6,23 +6,30 @@ expressed in buckets, and min_rtt is 0 (veth links have no propagation delay and
 tbf only adds queueing, so every lab prefix would count as low-RTT and stay on
 CUBIC).  Duty cycle and flap ratio come from controller.scoring.query; the
 decisions and DesiredState from the scoring component; configs are generated,
-validated, signed and published by controller.rollout.publish (to a directory, or to
-Kafka); the edge agent applies them (controller/lab/agent.py).
+validated, signed and published by the lab's own Publisher (controller.rollout.publish,
+built from a RolloutConfig in lab seconds: to a directory, or to Kafka), and this module
+records the outcomes; the edge agent applies them (controller/lab/agent.py).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controller.lab.agent import LabAgent
 from controller.lab.loop import ControlOutcome, LabOptions, PrefixScore, threshold_for
 from controller.lab.topology import Topology
 from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringConfig
 from controller.store import Store
+from dyncc_common.errors import DynccError
+
+if TYPE_CHECKING:
+    from controller.rollout.publish import Publisher
+    from controller.rollout.settings import RolloutConfig
 
 log = logging.getLogger("dyncc.lab")
 
@@ -46,13 +53,13 @@ def lab_scoring_config(
         holdout_fraction=holdout_fraction,
         min_hold_seconds=DAY_BUCKETS * bucket_seconds,
         cooldown_seconds=DAY_BUCKETS * bucket_seconds,
-    ).validate()
+    )
 
 
 EXPIRE_BUCKETS = 7 * DAY_BUCKETS  # scoring's 7-day expiry, in buckets
 
 
-class RoundFailed(Exception):
+class RoundFailed(DynccError):
     """A scoring/publish round failed (store error); the lab goes on with the next round."""
 
 
@@ -85,6 +92,9 @@ class LabControl:
             self.private_key, self.public_key = keys / "dyncc-config.key", keys / "dyncc-config.pub"
         else:
             self.private_key, self.public_key = keygen(keys)
+        self._publisher: Publisher | None = None
+        self._refuse: Callable[[str], str | None] | None = None  # validation's per-prefix rule
+        self._round_ns = 0  # the time published configs carry: the round's (a replay shifts the clock)
 
     def round(self, round_time: dt.datetime, round_no: int) -> ControlOutcome:
         scores: dict[str, PrefixScore] = {}
@@ -106,10 +116,11 @@ class LabControl:
 
     def _score_and_publish(self, round_time: dt.datetime) -> dict[str, PrefixScore]:
         """The scoring component's round (scores, decisions, DesiredState), then the publisher."""
-        from controller.rollout.publish import publish_round
         from controller.scoring.round import run_round
+        from controller.scoring.state import write_outcomes
         from controller.store import StoreError
 
+        publisher = self.publisher()
         try:
             res = run_round(
                 self.store,
@@ -117,12 +128,12 @@ class LabControl:
                 now=round_time,
                 pop=self.pop,
                 expire_seconds=EXPIRE_BUCKETS * self.scoring.bucket_seconds,
+                refuse=self._refuse,
             )
-            args = self.publish_args()
-            # Config versions carry the round's time (a replay runs rounds on a shifted clock).
-            round_ns = int(round_time.timestamp() * 1e9)
-            args.clock = lambda: round_ns
-            publish_round(self.store, res.states, args)
+            self._round_ns = int(round_time.timestamp() * 1e9)
+            outcomes = publisher.publish_round(res.states)
+            desired = {s.pop: s for s in res.states}
+            write_outcomes(self.store, [(desired[pop], o) for pop, o in outcomes.items()])
         except StoreError as exc:
             log.error("round at %s failed: %s", round_time, exc)
             raise RoundFailed(str(exc)) from exc
@@ -133,19 +144,29 @@ class LabControl:
             for r in res.decisions.to_dict("records")
         }
 
-    def publish_args(self) -> argparse.Namespace:
-        """Publisher options for the lab: one edge host, so no canary; durations in lab buckets."""
+    def publisher(self) -> Publisher:
+        """The lab's Publisher (made once), on the round's clock."""
+        if self._publisher is None:
+            from controller.rollout.publish import Publisher
+            from controller.rollout.validate import refusal
+
+            cfg = self.rollout_config()
+            self._publisher = Publisher(self.store, cfg, clock=lambda: self._round_ns)
+            self._refuse = refusal(cfg.validation_policy())
+        return self._publisher
+
+    def rollout_config(self) -> RolloutConfig:
+        """Publisher settings for the lab: one edge host, so no canary; durations in lab buckets."""
+        from controller.rollout.settings import RolloutConfig
+
         b = self.scoring.bucket_seconds
 
-        def scaled(real_seconds: int) -> str:
-            return f"{max(real_seconds * b // ROLLUP_BUCKET_SECONDS, 1)}s"
+        def scaled(real_seconds: int) -> float:
+            return float(max(real_seconds * b // ROLLUP_BUCKET_SECONDS, 1))
 
-        return argparse.Namespace(
+        cfg = RolloutConfig(
             publish_dir=None if self.kafka else self.publish_dir,
             kafka=self.kafka,
-            config_topic=self.config_topic,
-            status_topic=self.status_topic,
-            status_group=f"{self.config_topic}-controller",
             private_key=self.private_key,
             staging="off",
             soak=scaled(600),
@@ -153,6 +174,14 @@ class LabControl:
             baseline=scaled(900),
             host_expiry=scaled(3600),
             holddown=scaled(3600),
+        )
+        if not self.kafka:
+            return cfg
+        return dataclasses.replace(
+            cfg,
+            config_topic=self.config_topic,
+            status_topic=self.status_topic,
+            status_group=f"{self.config_topic}-controller",
         )
 
     def _published_entries(self) -> dict[str, str]:

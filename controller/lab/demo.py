@@ -6,12 +6,12 @@ replayed on a 5-minute time base (each 20 s round becomes one 5-minute bucket).
 Without root (or with --replay): says why in one line, replays the recorded lab
 telemetry committed in demo/ through the ingest writer, runs the scoring rounds
 and writes the report.  Ends with a summary and the report's path.  Every option
-is checked (one line, exit 2) before a directory is made or a lab is built.
+is checked (one line, exit 2) before a directory is made or a lab is built: the flags
+come from DemoSettings (controller/lab/settings.py); controller/cli.py calls run(settings).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -20,55 +20,47 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from controller.lab.settings import DemoSettings
 from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag, setup_logging
-from dyncc_common.units import parse_duration
 
 log = logging.getLogger("dyncc.demo")
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    a = parser.add_argument
-    a("--duration", default="3m", help="live lab length (default 3m)")
-    a("--round-seconds", type=int, default=20, help="one accelerated 5-minute round (default 20 s)")
-    a("--replay", action="store_true", help="replay the recorded telemetry even when root")
-    a("--recording", type=Path, default=None, help="telemetry to replay (default: demo/lab-telemetry.bin.gz)")
-    a("--workdir", type=Path, default=None, help="where the store and report go (default: a new temp dir)")
-    a("-o", "--output", type=Path, default=None, help="report path (default WORKDIR/dyncc-demo-report.html)")
-    a("-v", "--verbose", action="store_true")
+SETTINGS = DemoSettings
 
 
-def check_args(args: argparse.Namespace) -> float:
+def check_args(settings: DemoSettings) -> float:
     """The live lab's duration in seconds; ConfigError for any bad option (nothing is created)."""
-    duration = parse_duration(args.duration, "--duration")
-    if args.round_seconds < 2:
-        raise ConfigError(f"bad --round-seconds {args.round_seconds}: at least 2")
-    if duration < 3 * args.round_seconds:
+    duration = settings.duration
+    if settings.round_seconds < 2:
+        raise ConfigError(f"bad --round-seconds {settings.round_seconds}: at least 2")
+    if duration < 3 * settings.round_seconds:
         raise ConfigError("--duration must cover at least 3 rounds")
-    if args.recording is not None and not Path(args.recording).is_file():
-        raise ConfigError(f"--recording {args.recording}: no such file")
-    if args.workdir is not None and Path(args.workdir).exists() and not Path(args.workdir).is_dir():
-        raise ConfigError(f"bad --workdir {args.workdir}: not a directory")
-    if args.output is not None:
+    if settings.recording is not None and not Path(settings.recording).is_file():
+        raise ConfigError(f"--recording {settings.recording}: no such file")
+    if settings.workdir is not None and Path(settings.workdir).exists() and not Path(settings.workdir).is_dir():
+        raise ConfigError(f"bad --workdir {settings.workdir}: not a directory")
+    if settings.output is not None:
         from controller.report.cli import check_output
 
-        check_output(str(args.output))
+        check_output(str(settings.output))
     return duration
 
 
-def _workdir(args: argparse.Namespace) -> Path:
-    if args.workdir:
+def _workdir(settings: DemoSettings) -> Path:
+    if settings.workdir:
         try:
-            args.workdir.mkdir(parents=True, exist_ok=True)
+            settings.workdir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ConfigError(f"cannot create --workdir {args.workdir}: {exc.strerror or exc}") from exc
-        return Path(args.workdir).resolve()
+            raise ConfigError(f"cannot create --workdir {settings.workdir}: {exc.strerror or exc}") from exc
+        return Path(settings.workdir).resolve()
     return Path(tempfile.mkdtemp(prefix="dyncc-demo-"))
 
 
-def why_replay(args: argparse.Namespace) -> str:
+def why_replay(settings: DemoSettings) -> str:
     """'' when the live lab can run, else the one-line reason for replaying."""
-    if args.replay:
+    if settings.replay:
         return "--replay given"
     if os.geteuid() != 0:
         return "not root: the live lab needs root for network namespaces and routes"
@@ -81,17 +73,17 @@ def why_replay(args: argparse.Namespace) -> str:
     return ""
 
 
-def run(args: argparse.Namespace) -> int:
-    setup_logging(args.verbose)
-    duration = check_args(args)
-    workdir = _workdir(args)
-    report_path = args.output or workdir / "dyncc-demo-report.html"
-    reason = why_replay(args)
+def run(settings: DemoSettings) -> int:
+    setup_logging(settings.verbose)
+    duration = check_args(settings)
+    workdir = _workdir(settings)
+    report_path = settings.output or workdir / "dyncc-demo-report.html"
+    reason = why_replay(settings)
     if reason:
-        recording = args.recording or _default_recording()
+        recording = settings.recording or _default_recording()
         print(f"dyncc demo: {reason}; replaying recorded lab telemetry from {recording}", flush=True)
         return _replay_demo(recording, workdir, report_path)
-    return _live_demo(args, duration, workdir, report_path)
+    return _live_demo(settings, duration, workdir, report_path)
 
 
 def _default_recording() -> Path:
@@ -174,20 +166,22 @@ def _replay_demo(recording: Path, workdir: Path, report_path: Path) -> int:
     return 0
 
 
-def _live_demo(args: argparse.Namespace, duration: float, workdir: Path, report_path: Path) -> int:
+def _live_demo(settings: DemoSettings, duration: float, workdir: Path, report_path: Path) -> int:
     from controller.lab.loop import LabOptions
     from controller.lab.run import run_lab
 
     recording = workdir / "lab-telemetry.bin.gz"
-    rounds = int(duration // args.round_seconds)
+    rounds = int(duration // settings.round_seconds)
     opts = LabOptions(
-        round_seconds=args.round_seconds,
+        round_seconds=settings.round_seconds,
         rounds=rounds,
         lookback_buckets=8,
         min_buckets=min(4, max(rounds // 3, 1)),
         record=recording,
     )
-    print(f"dyncc demo: live lab, {rounds} rounds of {args.round_seconds}s (each stands in for 5 minutes)", flush=True)
+    print(
+        f"dyncc demo: live lab, {rounds} rounds of {settings.round_seconds}s (each stands in for 5 minutes)", flush=True
+    )
     summary = run_lab(opts, _chdb_url(workdir, "dyncc_lab"), workdir / "lab", StopFlag(), out=sys.stdout)
     print(summary.summary_text())
     if summary.result.stopped_by or not summary.result.rounds:

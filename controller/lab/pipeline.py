@@ -22,6 +22,7 @@ from collector.telemetry.poller import Poller, PollerConfig
 from controller.ingest.writer import BatchWriter
 from controller.lab.telemetry import NewSockets, Recorder
 from controller.store import Store, StoreError
+from controller.store.sql import query
 from dyncc_common.runtime import StopFlag
 
 log = logging.getLogger("dyncc.lab")
@@ -111,7 +112,7 @@ class TelemetryPipeline:
 
     def loaded_sequence(self) -> int:
         rows = self.store.query_rows(
-            "SELECT max(sequence), count() FROM ingest_batches WHERE host = %(host)s AND run_id = %(run)s",
+            query("ingest_loaded_sequence"),
             {"host": self.host, "run": self.run_id},
         )
         if not rows or int(rows[0][1]) == 0:

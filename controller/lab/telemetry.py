@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.ingest.columns import format_prefix
+from dyncc_common.errors import DynccError
 from schemas.tcpinfo_decode import BatchDecodeError, decode_batch
 from schemas.tcpinfo_pb2 import TcpInfoBatch
 
@@ -99,7 +100,7 @@ class Recorder:
         meta_path(self.path).write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
 
 
-class RecordingError(Exception):
+class RecordingError(DynccError):
     """A recording cannot be read; str() is one line."""
 
 

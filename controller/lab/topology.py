@@ -31,6 +31,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dyncc_common.errors import DynccError
+
 log = logging.getLogger("dyncc.lab")
 
 NS_PREFIX = "dlab-"
@@ -45,7 +47,7 @@ COVER_V6 = "2001:db8::/32"
 CLIENT_V4 = ("198.51.100.0/24", "203.0.113.0/24")  # the only spare documentation /24s
 
 
-class TopologyError(Exception):
+class TopologyError(DynccError):
     """A lab topology could not be described or built; str() is one line."""
 
 

@@ -2,51 +2,24 @@
 
 Every option is checked before the store is opened (a bad time, bucket, POP name, an
 unreadable --asn-file or an unwritable --output is one line, exit 2); a --pop the store does
-not know (no telemetry, no published config) is exit 2 naming the known POPs.
+not know (no telemetry, no published config) is exit 2 naming the known POPs.  The flags come
+from ReportSettings (controller/report/settings.py); controller/cli.py calls run(settings).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 from pathlib import Path
 
+from controller.report.settings import ReportSettings
 from dyncc_common.errors import ConfigError
 from dyncc_common.units import parse_duration
 
+__all__ = ["SETTINGS", "check_output", "parse_time", "resolve_window", "run"]
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--clickhouse",
-        required=True,
-        metavar="URL",
-        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir",
-    )
-    parser.add_argument(
-        "-o", "--output", default="report.html", metavar="FILE", help="HTML file to write (default: report.html)"
-    )
-    parser.add_argument("--pop", default="", help="only this POP (default: all)")
-    parser.add_argument(
-        "--since",
-        metavar="TIME",
-        help="window start: ISO time (UTC unless it has an offset) or a duration "
-        "before --until such as 6h (default: 24h)",
-    )
-    parser.add_argument(
-        "--until", metavar="TIME", help="window end: ISO time (default: the end of the latest telemetry)"
-    )
-    parser.add_argument("--title", help="page title")
-    parser.add_argument(
-        "--asn-file", metavar="CSV", help="prefix,asn[,name] CSV: enables the per-ISP section (longest-prefix match)"
-    )
-    parser.add_argument(
-        "--bucket",
-        metavar="DURATION",
-        help="plot resolution, e.g. 5m or 20s (default: 5m from the rollup; finer, from "
-        "the raw table, for windows under 2 h)",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+SETTINGS = ReportSettings
 
 
 def parse_time(text: str, what: str) -> dt.datetime:
@@ -86,56 +59,52 @@ def check_output(path: str) -> None:
         raise ConfigError(f"cannot write --output {path}: directory not writable")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(settings: ReportSettings) -> int:
     from controller.report import data as report_data
     from controller.report import write_report
     from controller.report.asn import load_asn_file
     from controller.store import open_store
     from dyncc_common.runtime import setup_logging
 
-    setup_logging(args.verbose)
-    since, until, span = resolve_window(args.since, args.until)
+    setup_logging(settings.verbose)
+    since, until, span = resolve_window(settings.since, settings.until)
     bucket = None
-    if args.bucket:
-        bucket = int(parse_duration(args.bucket, "--bucket"))
+    if settings.bucket:
+        bucket = int(parse_duration(settings.bucket, "--bucket"))
         if not 1 <= bucket <= 86400:
-            raise ConfigError(f"bad --bucket {args.bucket!r}: between 1s and 1d")
-    if args.pop:
-        from dyncc_common.names import check_pop
-
-        check_pop(args.pop)
-    check_output(args.output)
+            raise ConfigError(f"bad --bucket {settings.bucket!r}: between 1s and 1d")
+    check_output(settings.output)
     asn_table = None
-    if args.asn_file:
+    if settings.asn_file:
         try:
-            asn_table = load_asn_file(args.asn_file)
+            asn_table = load_asn_file(settings.asn_file)
         except OSError as exc:
-            raise ConfigError(f"cannot read --asn-file {args.asn_file}: {exc.strerror or exc}") from exc
+            raise ConfigError(f"cannot read --asn-file {settings.asn_file}: {exc.strerror or exc}") from exc
         if asn_table.entries == 0:
-            raise ConfigError(f"--asn-file {args.asn_file} has no prefix,asn[,name] line")
-    store = open_store(args.clickhouse)
+            raise ConfigError(f"--asn-file {settings.asn_file} has no prefix,asn[,name] line")
+    store = open_store(settings.clickhouse)
     try:
-        if args.pop:
+        if settings.pop:
             from controller.store.pops import require_known_pops
 
-            require_known_pops(store, [args.pop])
+            require_known_pops(store, [settings.pop])
         if span is not None:
-            window = report_data.default_window(report_data.data_span(store, args.pop), None, until)
+            window = report_data.default_window(report_data.data_span(store, settings.pop), None, until)
             if window is not None:
                 since, until = window.end - dt.timedelta(seconds=span), window.end
         try:
             summary = write_report(
                 store,
-                args.output,
-                pop=args.pop,
+                settings.output,
+                pop=settings.pop,
                 since=since,
                 until=until,
-                title=args.title,
+                title=settings.title,
                 asn_table=asn_table,
                 bucket_seconds=bucket,
             )
         except OSError as exc:
-            raise ConfigError(f"cannot write {args.output}: {exc.strerror or exc}") from exc
+            raise ConfigError(f"cannot write {settings.output}: {exc.strerror or exc}") from exc
     finally:
         store.close()
     print(summary.line())

@@ -5,8 +5,9 @@ result does not depend on the server's time zone.  Also `render_view`, which exp
 `$__timeFilter(col)` macro the way the ClickHouse data source does, to run sql/views/*.sql.
 
 Each report section is one query file.  The parts they share are files of their own spliced in
-by `compose`: `{source}` (the per-bucket delivery-rate states, from the 5-minute rollup or from
-raw tcpinfo in finer buckets) and `{groups}` (the treated / holdout group of each prefix).
+by `compose` (controller/store/sql.py splice): `{{source}}` (the per-bucket delivery-rate states,
+from the 5-minute rollup or from raw tcpinfo in finer buckets) and `{{groups}}` (the treated /
+holdout group of each prefix).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from controller.report.asn import AsnTable, map_prefixes
 from controller.store import Store
-from controller.store.sql import query
+from controller.store.sql import query, render_time_filter, splice
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -28,8 +29,6 @@ BUCKET = dt.timedelta(minutes=5)
 ISP_TOP = 8
 ISP_MAX_PREFIXES = 4000  # keeps the per-ISP query text well under ClickHouse's max_query_size
 
-_TIME_FILTER = re.compile(r"\$__timeFilter\(\s*(\w+)\s*\)")
-_SLOT = re.compile(r"\{(\w+)\}")
 _PART_NAME = re.compile(r"report_[a-z0-9_]+")
 SOURCE_ROLLUP = "report_source_rollup"
 SOURCE_RAW = "report_source_raw"
@@ -110,30 +109,11 @@ def render_view(sql: str, start: dt.datetime, end: dt.datetime) -> str:
     """Expand `$__timeFilter(col)` to `col >= toDateTime(S) AND col <= toDateTime(E)` (Unix s)."""
     s = int(utc_naive(start).replace(tzinfo=dt.UTC).timestamp())
     e = int(utc_naive(end).replace(tzinfo=dt.UTC).timestamp())
-    return _TIME_FILTER.sub(lambda m: f"{m.group(1)} >= toDateTime({s}) AND {m.group(1)} <= toDateTime({e})", sql)
-
-
-def splice(sql: str, parts: dict[str, str]) -> str:
-    """`sql` with each `{slot}` replaced by parts[slot]; comment lines of both dropped.  Pure.
-
-    Every slot must be given and every part used: a typo fails here, not on the server.  The
-    parts are inserted as they are (no slot expansion inside them), so callers pass only the
-    text of dyncc's own .sql files (see `compose`), never anything a user typed.
-    """
-    sql = _code(sql)
-    slots = set(_SLOT.findall(sql))
-    if slots != set(parts):
-        raise ValueError(f"query slots {sorted(slots)} do not match the parts given {sorted(parts)}")
-    return _SLOT.sub(lambda m: _code(parts[m.group(1)]) + "\n", sql)
-
-
-def _code(sql: str) -> str:
-    """The SQL without its whole-line `--` comments."""
-    return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).strip()
+    return render_time_filter(sql, s, e)
 
 
 def compose(name: str, **slots: str) -> str:
-    """Query file `name` with each `{slot}` replaced by the text of the query file slots[slot].
+    """Query file `name` with each `{{slot}}` replaced by the text of the query file slots[slot].
 
     Only names of sql/queries/report_*.sql files are accepted for the parts, so nothing but
     dyncc's own SQL is spliced; %(param)s placeholders are left for the store to render.

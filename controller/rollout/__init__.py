@@ -1,3 +1,15 @@
 """Configs from desired state: generate, validate, sign, publish, staged rollout, statuses."""
 
-__all__: list[str] = []
+__all__ = [
+    "cli",
+    "engine",
+    "generate",
+    "publish",
+    "records",
+    "settings",
+    "signing",
+    "sinks",
+    "state",
+    "statuses",
+    "validate",
+]

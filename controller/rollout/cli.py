@@ -6,11 +6,10 @@
     dyncc control kill-switch (--pop POP ...|--all) [--release] [--force] --clickhouse URL --key PEM
                               (--kafka BROKERS|--publish-dir DIR)
 
-controller/control/cli.py calls `register(subparsers)` to add them and
-`run(args)` to run them (None when the action is not one of these).  Options
-that also exist on the main `dyncc control` parser (--kafka, --publish-dir,
---key, --config-topic, --status-topic, --clickhouse) default to SUPPRESS here so
-a value given before the action name is not overwritten.
+controller/control/cli.py builds the sub-parsers from the settings tables
+(controller/rollout/settings.py) and calls `keygen(settings)`,
+`rollout(store_url, cfg, settings)` or `kill_switch(store_url, cfg, settings)` with
+the settings objects.
 
 Bad input is a ConfigError (one line, exit 2) found before anything is
 published: a malformed POP name, publishing options that cannot work (no or
@@ -21,7 +20,6 @@ config; controller/store/pops.py) unless --force.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import logging
 import os
@@ -30,80 +28,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from controller.rollout.settings import KeygenSettings, KillSwitchSettings, RolloutActionSettings, RolloutConfig
 from dyncc_common.errors import ConfigError
-from dyncc_common.names import check_brokers, check_pop, check_topic
-from dyncc_common.runtime import setup_logging
+from dyncc_common.names import check_brokers, check_topic
+
+__all__ = ["check_publish_options", "keygen", "kill_switch", "rollout", "rollout_status"]
 
 log = logging.getLogger("dyncc.rollout")
 
-ACTIONS = ("keygen", "rollout", "kill-switch")
 
-
-def _shared(parser: argparse.ArgumentParser, *, publish: bool) -> None:
-    s = argparse.SUPPRESS
-    parser.add_argument(
-        "--clickhouse",
-        metavar="URL",
-        default=s,
-        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir",
-    )
-    if publish:
-        parser.add_argument("--kafka", metavar="BROKERS", default=s, help="publish to this Kafka")
-        parser.add_argument(
-            "--publish-dir", type=Path, metavar="DIR", default=s, help="write DIR/<pop>.cfg instead of Kafka"
-        )
-        parser.add_argument(
-            "--key",
-            dest="private_key",
-            type=Path,
-            metavar="PRIVATE_PEM",
-            default=s,
-            help="Ed25519 private key that signs configs",
-        )
-        parser.add_argument("--config-topic", default=s, help="compacted config topic (dyncc-configs)")
-        parser.add_argument("--status-topic", default=s, help="ApplyStatus topic (dyncc-apply-status)")
-
-
-def register(subparsers: Any) -> None:
-    keygen = subparsers.add_parser("keygen", help="write an Ed25519 key pair for signing configs")
-    keygen.add_argument("--out-dir", type=Path, required=True, metavar="DIR")
-    keygen.add_argument("--name", default="dyncc-config", help="file names NAME.key / NAME.pub")
-    keygen.add_argument("--force", action="store_true", help="overwrite an existing key pair")
-
-    rollout = subparsers.add_parser("rollout", help="staged rollout: status, or advance the gates now")
-    rollout.add_argument(
-        "rollout_action",
-        choices=["status", "advance"],
-        help="status: where each POP and host stands; advance: ingest statuses and "
-        "run the wave gates once (publish options as for a round)",
-    )
-    rollout.add_argument(
-        "--pop", dest="status_pops", action="append", default=[], metavar="POP", help="only these POPs (repeatable)"
-    )
-    _shared(rollout, publish=True)
-
-    kill = subparsers.add_parser("kill-switch", help="publish an empty signed config: agents drop every route")
-    target = kill.add_mutually_exclusive_group(required=True)
-    target.add_argument(
-        "--pop", dest="kill_pops", action="append", default=[], metavar="POP", help="the POP (repeatable)"
-    )
-    target.add_argument("--all", dest="kill_all", action="store_true", help="every POP known to the store")
-    kill.add_argument(
-        "--release", action="store_true", help="release the kill switch: rounds publish again (staged, from empty)"
-    )
-    kill.add_argument(
-        "--force",
-        action="store_true",
-        help="also for a POP the store does not know (no telemetry and no published config)",
-    )
-    _shared(kill, publish=True)
-
-
-def _store(args: argparse.Namespace) -> Any:
+def _store(url: str | None) -> Any:
     from controller.store import open_store
     from controller.store.migrate import apply_migrations
 
-    url = getattr(args, "clickhouse", None)
     if not url:
         raise ConfigError("--clickhouse URL is required")
     store = open_store(url)
@@ -114,93 +51,96 @@ def _store(args: argparse.Namespace) -> Any:
 _KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-def check_publish_options(args: argparse.Namespace) -> None:
+def check_publish_options(cfg: RolloutConfig) -> None:
     """ConfigError (one line) when the publishing options cannot work; nothing is published."""
-    from controller.rollout.publish import opt, rollout_settings, validation_policy
     from controller.rollout.signing import Signer
 
-    kafka, publish_dir, key = opt(args, "kafka"), opt(args, "publish_dir"), opt(args, "private_key")
-    if not key:
+    if not cfg.private_key:
         raise ConfigError("--key PRIVATE_PEM is required to sign configs (create one: dyncc control keygen)")
-    if not kafka and not publish_dir:
+    if not cfg.kafka and not cfg.publish_dir:
         raise ConfigError("nowhere to publish: give --kafka BROKERS or --publish-dir DIR")
-    if kafka:
-        check_brokers(str(kafka), "--kafka")
-        check_topic(str(opt(args, "config_topic")), "--config-topic")
-        check_topic(str(opt(args, "status_topic")), "--status-topic")
-    if publish_dir:
-        directory = Path(publish_dir)
+    if cfg.kafka:
+        check_brokers(str(cfg.kafka), "--kafka")
+        check_topic(cfg.config_topic, "--config-topic")
+        check_topic(cfg.status_topic, "--status-topic")
+    if cfg.publish_dir:
+        directory = Path(cfg.publish_dir)
         try:
             directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise ConfigError(f"cannot create --publish-dir {directory}: {exc.strerror or exc}") from exc
         if not os.access(directory, os.W_OK | os.X_OK):
             raise ConfigError(f"--publish-dir {directory} is not writable")
-    Signer.from_file(Path(key))
-    validation_policy(args)
-    rollout_settings(args)
+    Signer.from_file(Path(cfg.private_key))
+    cfg.rollout_settings()  # reads --inventory
 
 
-def run(args: argparse.Namespace) -> int | None:
-    action = getattr(args, "action", None)
-    if action not in ACTIONS:
-        return None
-    if action == "keygen":
-        from controller.rollout.signing import keygen
+def keygen(settings: KeygenSettings) -> int:
+    from controller.rollout.signing import keygen as write_key_pair
 
-        if not _KEY_NAME.match(args.name):
-            raise ConfigError(f"bad --name {args.name!r}: letters, digits, '_', '.' or '-' (a file name, no '/')")
-        try:
-            private_path, public_path = keygen(args.out_dir, args.name, args.force)
-        except OSError as exc:
-            raise ConfigError(f"cannot write a key pair in {args.out_dir}: {exc.strerror or exc}") from exc
-        print(
-            f"wrote {private_path} (private, mode 0600: the controller's --key) and "
-            f"{public_path} (public: every agent's --public-key)"
-        )
-        return 0
-    setup_logging(bool(getattr(args, "verbose", False)))
-    for pop in [*getattr(args, "kill_pops", []), *getattr(args, "status_pops", [])]:
-        check_pop(pop)
-    if not getattr(args, "clickhouse", None):
-        raise ConfigError("--clickhouse URL is required")
-    if action == "kill-switch" or args.rollout_action == "advance":
-        check_publish_options(args)
-    store = _store(args)
+    if not _KEY_NAME.match(settings.name):
+        raise ConfigError(f"bad --name {settings.name!r}: letters, digits, '_', '.' or '-' (a file name, no '/')")
     try:
-        if action == "rollout":
-            if args.rollout_action == "advance":
-                from controller.rollout.publish import publish_round
+        private_path, public_path = write_key_pair(settings.out_dir, settings.name, settings.force)
+    except OSError as exc:
+        raise ConfigError(f"cannot write a key pair in {settings.out_dir}: {exc.strerror or exc}") from exc
+    print(
+        f"wrote {private_path} (private, mode 0600: the controller's --key) and "
+        f"{public_path} (public: every agent's --public-key)"
+    )
+    return 0
 
-                publish_round(store, [], args)
-            print(rollout_status(store, args.status_pops), end="")
-            return 0
-        return _kill_switch(store, args)
+
+def rollout(store_url: str | None, cfg: RolloutConfig, settings: RolloutActionSettings) -> int:
+    """`rollout status` prints the table; `rollout advance` ingests statuses and runs the gates once."""
+    if not store_url:
+        raise ConfigError("--clickhouse URL is required")
+    if settings.rollout_action == "advance":
+        check_publish_options(cfg)
+    store = _store(store_url)
+    try:
+        if settings.rollout_action == "advance":
+            from controller.rollout.publish import Publisher
+
+            Publisher(store, cfg).publish_round([])
+        print(rollout_status(store, list(settings.status_pops)), end="")
+        return 0
     finally:
         store.close()
 
 
-def _kill_switch(store: Any, args: argparse.Namespace) -> int:
+def kill_switch(store_url: str | None, cfg: RolloutConfig, settings: KillSwitchSettings) -> int:
+    if not store_url:
+        raise ConfigError("--clickhouse URL is required")
+    check_publish_options(cfg)
+    store = _store(store_url)
+    try:
+        return _kill_switch(store, cfg, settings)
+    finally:
+        store.close()
+
+
+def _kill_switch(store: Any, cfg: RolloutConfig, settings: KillSwitchSettings) -> int:
     from controller.rollout import records as rs
-    from controller.rollout.publish import make_engine, rollout_settings
+    from controller.rollout.publish import Publisher
     from controller.rollout.sinks import PublishError
 
-    pops = list(args.kill_pops)
-    if args.kill_all:
-        pops = sorted(set(rs.known_pops(store)) | set(rollout_settings(args).inventory))
+    pops = list(settings.kill_pops)
+    if settings.kill_all:
+        pops = sorted(set(rs.known_pops(store)) | set(cfg.rollout_settings().inventory))
         if not pops:
             raise ConfigError("no POP known to the store or inventory; name one with --pop")
-    elif not args.force:
+    elif not settings.force:
         from controller.store.pops import require_known_pops
 
         require_known_pops(store, pops, hint="--force publishes the kill switch anyway")
     try:
-        engine = make_engine(store, args)
+        engine = Publisher(store, cfg).engine()
     except PublishError as exc:
         raise ConfigError(str(exc)) from exc
     failed = []
     for pop in pops:
-        if args.release:
+        if settings.release:
             engine.release(pop)
             print(f"{pop}: kill switch released")
             continue

@@ -94,8 +94,7 @@ def record_config(store: Store, rec: ConfigRecord) -> None:
 
 def load_published_config(store: Store, pop: str, version: int) -> CongestionConfig | None:
     rows = store.query_rows(
-        "SELECT config FROM config_versions WHERE pop = %(pop)s AND version = %(version)s "
-        "AND status = 'published' ORDER BY created_ns DESC LIMIT 1",
+        sql_files.query("rollout_published_config"),
         {"pop": pop, "version": version},
     )
     if not rows:
@@ -106,8 +105,7 @@ def load_published_config(store: Store, pop: str, version: int) -> CongestionCon
 def config_history(store: Store, pop: str, limit: int = 20) -> list[tuple[Any, ...]]:
     """(version, status, kind, entries, target_hosts, reasons, created_ns), newest first."""
     return store.query_rows(
-        "SELECT version, status, kind, entries, target_hosts, reasons, created_ns FROM config_versions "
-        "WHERE pop = %(pop)s ORDER BY created_ns DESC LIMIT %(limit)s",
+        sql_files.query("rollout_config_history"),
         {"pop": pop, "limit": limit},
     )
 
@@ -183,14 +181,11 @@ def save_state(store: Store, state: RolloutState) -> None:
 
 
 def rollout_pops(store: Store) -> list[str]:
-    return sorted(str(r[0]) for r in store.query_rows("SELECT DISTINCT pop FROM rollout_waves"))
+    return sorted(str(r[0]) for r in store.query_rows(sql_files.query("rollout_pops")))
 
 
 def known_pops(store: Store) -> list[str]:
-    rows = store.query_rows(
-        "SELECT DISTINCT pop FROM rollout_waves UNION ALL SELECT DISTINCT pop FROM config_versions "
-        "UNION ALL SELECT DISTINCT pop FROM apply_status"
-    )
+    rows = store.query_rows(sql_files.query("rollout_pops_with_data"))
     return sorted({str(r[0]) for r in rows})
 
 
@@ -234,10 +229,12 @@ def p10_window(
         "start_s": start_ns // 10**9,
         "end_s": end_ns // 10**9 + 1,
     }
-    if prefixes is not None:
+    if prefixes is None:
+        row = store.query_rows(sql_files.splice(sql, {"prefix_filter": ""}), params)[0]
+    else:
         if not prefixes:
             return WindowStats(0, 0.0)
-        sql = sql.replace("/*PREFIXES*/", "AND has(%(prefixes)s, prefix)")
-        params["prefixes"] = list(prefixes)
-    row = store.query_rows(sql, params)[0]
+        # the prefixes travel as a data table: the statement does not grow with them
+        sql = sql_files.splice(sql, {"prefix_filter": sql_files.query("rollout_p10_prefix_filter")})
+        row = store.query_rows_with(sql, {"prefix": ("String", list(prefixes))}, params)[0]
     return WindowStats(_int(row[0]), _float(row[1]))

@@ -1,6 +1,6 @@
 """Where signed configs go: a compacted Kafka topic, or one file per POP and key.
 
-Keys (see /work/notes/agent-contract.md and controller/rollout/publish.py):
+Keys (see docs/rollout.md and controller/rollout/publish.py):
     "<pop>"         POP-wide configs (target_hosts empty)
     "<pop>/canary"  canary waves (target_hosts = the canary hosts)
 
@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
+from dyncc_common.errors import DynccError
 from dyncc_common.files import atomic_write
 from schemas.congestion_pb2 import CongestionConfig
 
@@ -27,7 +28,7 @@ CANARY_SUFFIX = "/canary"
 _KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/canary)?$")
 
 
-class PublishError(Exception):
+class PublishError(DynccError):
     """A config could not be published; str() is one line."""
 
 

@@ -46,7 +46,7 @@ import functools
 import ipaddress
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from controller.rollout.generate import diff_entries
@@ -237,3 +237,21 @@ def validate(
                 f"floor {policy.change_floor}))",
             )
     return reasons.render()
+
+
+REFUSAL_CACHE = 1 << 16  # prefixes whose answer a long-running controller remembers
+
+
+def refusal(policy: ValidationPolicy) -> Callable[[str], str | None]:
+    """The per-prefix rule of validation as decide()'s `refuse`: "why" or None.
+
+    Answers are cached (LRU): a controller keeps one per policy, so each round asks
+    only about candidates it has not seen before.
+    """
+
+    @functools.lru_cache(maxsize=REFUSAL_CACHE)
+    def refuse(prefix: str) -> str | None:
+        problem = prefix_problem(prefix, policy)
+        return None if problem is None else problem[1]
+
+    return refuse

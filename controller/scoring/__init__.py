@@ -1,3 +1,11 @@
 """Per-prefix scoring: queries over the telemetry tables, decisions, desired state, explain."""
 
-__all__: list[str] = []
+__all__ = [
+    "decide",
+    "desired",
+    "explain",
+    "query",
+    "round",
+    "settings",
+    "state",
+]

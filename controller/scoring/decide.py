@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from controller.scoring.query import SCORE_COLUMNS, normalize_scores
 from controller.scoring.settings import ScoringConfig
 from schemas.addresses import prefix_family
 
@@ -113,8 +114,6 @@ def decide(
     with the score columns, decision, algorithm, reason, holdout and the new state.
     """
     import pandas as pd
-
-    from controller.scoring.query import SCORE_COLUMNS, normalize_scores
 
     scores = normalize_scores(scores)
     prev = previous.loc[:, list(STATE_COLUMNS)].copy() if len(previous) else empty_state()

@@ -11,11 +11,13 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from controller.scoring.query import epoch_seconds, prefix_timeline, refresh, window_for
 from controller.scoring.round import run_round
 from controller.scoring.settings import ScoringConfig
+from controller.store.sql import query
 from dyncc_common.errors import ConfigError
 from schemas.addresses import mapped_to_ipv4
 
@@ -81,8 +83,15 @@ def _as_datetime(value: Any) -> dt.datetime:
     return (ts.tz_localize("UTC") if ts.tzinfo is None else ts).to_pydatetime()
 
 
-def explain(store: Store, cfg: ScoringConfig, pop: str, prefix: str, now: dt.datetime) -> str:
-    """The explanation text for one (pop, prefix) at `now`."""
+def explain(
+    store: Store,
+    cfg: ScoringConfig,
+    pop: str,
+    prefix: str,
+    now: dt.datetime,
+    refuse: Callable[[str], str | None] | None = None,
+) -> str:
+    """The explanation text for one (pop, prefix) at `now` (refuse: as for run_round)."""
     prefix = mapped_to_ipv4(prefix)  # an IPv4 client on IPv6 sockets is its IPv4 prefix
     window = window_for(now, cfg)
     source = "rollup tcpinfo_5m" if cfg.uses_rollup else f"raw tcpinfo, bytes_acked > {cfg.min_bytes}"
@@ -94,7 +103,7 @@ def explain(store: Store, cfg: ScoringConfig, pop: str, prefix: str, now: dt.dat
         f"POP's {cfg.threshold_quantile:.0%} percentile of prefix medians in that bucket",
         "",
     ]
-    result = run_round(store, cfg, now, pop=pop, dry_run=True)
+    result = run_round(store, cfg, now, pop=pop, dry_run=True, refuse=refuse)
     keys = refresh(store, cfg, window, pop, result.round_time_ns)
     timeline = prefix_timeline(store, cfg, window, pop, prefix, keys)
     out.extend(format_timeline(timeline, window.start, window.buckets, cfg.bucket_seconds))
@@ -125,8 +134,7 @@ def explain(store: Store, cfg: ScoringConfig, pop: str, prefix: str, now: dt.dat
 
 def _last_recorded(store: Store, pop: str, prefix: str) -> str:
     rows = store.query_rows(
-        "SELECT round_id, round_time, decision, reason FROM selections "
-        "WHERE pop = %(pop)s AND prefix = %(prefix)s ORDER BY round_time_ns DESC LIMIT 1",
+        query("scoring_last_decision"),
         {"pop": pop, "prefix": prefix},
     )
     if not rows:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from controller.scoring.settings import ScoringConfig
-from controller.store.sql import query, quote
+from controller.store.sql import query, splice, strip_comments, values_list
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,15 +77,6 @@ class CacheKey:
     version: int
 
 
-def _sql(name: str) -> str:
-    """A query file without its comment lines (so it can be nested in another)."""
-    return "\n".join(line for line in query(name).splitlines() if not line.lstrip().startswith("--"))
-
-
-def _tuples(rows: list[tuple[Any, ...]]) -> str:
-    return ", ".join("(" + ", ".join(quote(v) for v in row) + ")" for row in rows)
-
-
 def base_params(cfg: ScoringConfig, window: Window, pop: str) -> dict[str, Any]:
     return {
         "pop": pop,
@@ -128,7 +119,7 @@ def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version:
     """
     p = {**base_params(cfg, window, pop), "version": version}
     cached: dict[tuple[str, int], tuple[int, int]] = {}
-    for pop_, bucket, ver, samples in _counts(store, _sql("scoring_cached"), p):
+    for pop_, bucket, ver, samples in _counts(store, strip_comments(query("scoring_cached")), p):
         if (pop_, bucket) not in cached or ver > cached[(pop_, bucket)][0]:
             cached[(pop_, bucket)] = (ver, samples)
     recheck_start = window.end - dt.timedelta(seconds=RECHECK_BUCKETS * cfg.bucket_seconds)
@@ -139,7 +130,7 @@ def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version:
         for p_ in pops_known
         for i in range(window.buckets - RECHECK_BUCKETS)
     )
-    fresh_sql = _sql(f"scoring_fresh_{_kind(cfg)}")
+    fresh_sql = strip_comments(query(f"scoring_fresh_{_kind(cfg)}"))
     check_start = max(recheck_start, window.start) if complete else window.start
     fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, {**p, "start": check_start})}
     if complete and {k[0] for k in fresh} - pops_known:  # a new POP: check its whole window
@@ -154,12 +145,13 @@ def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version:
             for i in range(window.buckets):
                 fresh.setdefault((p_, first + i * cfg.bucket_seconds), 0)
     stale = sorted(k for k, n in fresh.items() if k not in cached or cached[k][1] != n)
-    template = _sql("scoring_refresh_insert").replace("{source}", _sql(f"scoring_refresh_{_kind(cfg)}"))
+    insert, source = query("scoring_refresh_insert"), query(f"scoring_refresh_{_kind(cfg)}")
     for i in range(0, len(stale), REFRESH_CHUNK):
         chunk = stale[i : i + REFRESH_CHUNK]
         with_data = [k for k in chunk if fresh[k]]
         if with_data:  # a few buckets per INSERT bound the memory of merging their states
-            store.execute(template.replace("{keys}", _tuples(with_data)), p)
+            keys = values_list(with_data)  # at most REFRESH_CHUNK tuples
+            store.execute(splice(insert, {"source": splice(source, {"keys": keys})}), p)
         _record_versions(store, cfg, chunk, version, [fresh[k] for k in chunk])
     if stale:
         log.debug("scoring cache: recomputed %d (pop, bucket)s", len(stale))
@@ -188,12 +180,16 @@ def _kind(cfg: ScoringConfig) -> str:
 
 
 def timeline_sql(keys: list[CacheKey]) -> str:
-    versions = _tuples([(k.pop, k.bucket_ts, k.version) for k in keys])
-    return _sql("scoring_timeline").replace("{versions}", versions)
+    """scoring_timeline.sql for the current cache keys: one tuple per (pop, bucket) of the window.
+
+    Bounded by the configuration (POPs x lookback / bucket), not by the data.
+    """
+    versions = values_list([(k.pop, k.bucket_ts, k.version) for k in keys])
+    return splice(query("scoring_timeline"), {"versions": versions})
 
 
 def prefixes_sql(keys: list[CacheKey]) -> str:
-    return _sql("scoring_prefixes").replace("{timeline}", timeline_sql(keys))
+    return splice(query("scoring_prefixes"), {"timeline": timeline_sql(keys)})
 
 
 def score_prefixes(store: Store, cfg: ScoringConfig, window: Window, pop: str, keys: list[CacheKey]) -> pd.DataFrame:
@@ -211,21 +207,18 @@ def prefix_timeline(
 
     if not keys:
         return pd.DataFrame()
-    sql = f"SELECT * FROM ({timeline_sql(keys)}) WHERE prefix = %(prefix)s ORDER BY bucket"
+    sql = splice(query("scoring_prefix_timeline"), {"timeline": timeline_sql(keys)})
     return store.query_df(sql, {**base_params(cfg, window, pop), "prefix": prefix})
 
 
 def drop_old_cache(store: Store, window: Window, keep_days: int = 2) -> None:
     """Drop scoring_buckets partitions (days) older than the window minus keep_days."""
     cutoff = (window.start - dt.timedelta(days=keep_days)).strftime("%Y%m%d")
-    rows = store.query_rows(
-        "SELECT DISTINCT partition FROM system.parts WHERE database = %(db)s AND table = 'scoring_buckets' AND active",
-        {"db": store.database},
-    )
+    rows = store.query_rows(query("scoring_cache_partitions"), {"db": store.database})
     for (partition,) in rows:
         text = str(partition).strip("'")
         if text.isdigit() and text < cutoff:
-            store.execute(f"ALTER TABLE scoring_buckets DROP PARTITION {int(text)}")
+            store.execute(query("scoring_drop_cache_partition"), {"partition": int(text)})
 
 
 SCORE_COLUMNS: dict[str, str] = {

@@ -6,16 +6,16 @@ controller/scoring/decide.py (decisions), controller/scoring/state.py
 DesiredState list and answers with a PublishOutcome per POP
 (controller/rollout/publish.py), recorded in round_outcomes.
 
-Prefixes the config validation would refuse (controller/rollout/validate.py
-`prefix_problem`: deny list, built-in ranges, length, canonical form) are
-never selected: they are skipped (or reverted, when on BBR) with the reason
-"denied: ...", so one bad prefix cannot get a POP's whole config rejected.
+Prefixes the caller's `refuse` rule turns down (`dyncc control` passes the
+config validation's per-prefix rule: deny list, built-in ranges, length,
+canonical form) are never selected: they are skipped (or reverted, when on
+BBR) with the reason "denied: ...", so one bad prefix cannot get a POP's
+whole config rejected.  Scoring never imports the rollout side.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 import time
 import uuid
@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from controller.rollout.validate import ValidationPolicy, prefix_problem
 from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT, ON_BBR, PopSummary, decide, summarize
 from controller.scoring.desired import RECORDED, DesiredEntry, DesiredState, PublishOutcome
 from controller.scoring.query import Window, drop_old_cache, epoch_seconds, refresh, score_prefixes, window_for
@@ -50,24 +49,6 @@ class RoundResult:
     timings: dict[str, float] = field(default_factory=dict)
     written: int = 0
     outcomes: dict[str, PublishOutcome] = field(default_factory=dict)  # per POP, once published
-
-
-REFUSAL_CACHE = 1 << 16  # prefixes whose answer a long-running controller remembers
-
-
-def refusal(policy: ValidationPolicy) -> Callable[[str], str | None]:
-    """The per-prefix rule of validation as decide()'s `refuse`: "why" or None.
-
-    Answers are cached (LRU): a controller keeps one per policy, so each round asks
-    only about candidates it has not seen before (~8 us each).
-    """
-
-    @functools.lru_cache(maxsize=REFUSAL_CACHE)
-    def refuse(prefix: str) -> str | None:
-        problem = prefix_problem(prefix, policy)
-        return None if problem is None else problem[1]
-
-    return refuse
 
 
 def new_round_id(now: dt.datetime) -> str:
@@ -109,8 +90,9 @@ def run_round(
 
     publishing: a publisher answers for this round, so the previous state is the latest
     round in force (published / unchanged); without one, recorded rounds count too.
-    refuse: the per-prefix rule that filters the desired state, `refusal(policy)` of the
-    publisher's validation policy (default: the built-in rules and default lengths).
+    refuse: the per-prefix rule that filters the desired state ("why" or None): the caller
+    passes validation's rule (controller/rollout/validate.py `refusal(policy)`); None
+    refuses nothing (scoring does not know the publisher's policy).
     Not a dry run: the selections rows and a `recorded` round_outcomes row per POP are
     written.  The scoring_buckets cache is refreshed even in a dry run (derived data).
     """
@@ -129,7 +111,6 @@ def run_round(
     timings["score"] = time.perf_counter() - t
     t = time.perf_counter()
     previous = load_previous(store, pop, now, include_recorded=not publishing)
-    refuse = refuse or refusal(ValidationPolicy())
     decisions = decide(scores, previous, epoch_seconds(now), cfg, expire_seconds, refuse=refuse)
     timings["decide"] = time.perf_counter() - t
     states = desired_states(decisions, round_id, round_time_ns)

@@ -1,39 +1,87 @@
-"""Tunable definitions of the controller's scoring and decisions (defaults from issue 5).
+"""Tunable definitions of the controller's scoring and decisions: the ScoringConfig settings table.
 
-Plain data plus validation; no I/O.  Durations are seconds.
+One frozen settings object (dyncc_common.settings): each field is a row (flag, TOML key,
+default, help) of `dyncc control`, which nests it as a part.  Plain data plus validation,
+no I/O: an inconsistent combination is a ConfigError (one line) when the object is built.
+Durations are seconds (min_rtt_ms: milliseconds).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from typing import Any
+
+from dyncc_common.errors import ConfigError
+from dyncc_common.settings import DURATION, FLOAT, INT, STR, Settings, setting
+
+__all__ = ["DECISIONS", "ROLLUP_BUCKET_SECONDS", "ROLLUP_MIN_BYTES", "SCORING", "ScoringConfig"]
 
 ROLLUP_BUCKET_SECONDS = 300
 ROLLUP_MIN_BYTES = 102_400  # baked into tcpinfo_5m (sql/migrations/001_tcpinfo.sql)
+SCORING = "scoring definitions"
+DECISIONS = "decisions"
 
 
-class ScoringConfigError(ValueError):
-    """An inconsistent scoring configuration; str() is one line for a person."""
+def _whole_seconds(value: float, what: str) -> float:
+    if value != int(value):
+        raise ConfigError(f"bad {what} {value:g}s: --bucket and --lookback must be whole seconds")
+    return value
 
 
-@dataclass(frozen=True)
-class ScoringConfig:
-    bucket_seconds: int = ROLLUP_BUCKET_SECONDS
-    lookback_seconds: int = 3 * 3600
-    min_bytes: int = ROLLUP_MIN_BYTES  # a flow qualifies when bytes_acked > min_bytes
-    min_samples: int = 5  # qualifying samples for a prefix to count in a bucket
-    threshold_quantile: float = 0.2  # per (pop, bucket) threshold over prefix statistics
-    min_buckets: int = 12  # counted buckets needed to be scored
-    min_duty: float = 0.6
-    max_flap: float = 0.3
-    min_rtt_ms: float = 10.0  # below: low-RTT prefix, stays on CUBIC
-    holdout_fraction: float = 0.10
-    holdout_salt: str = "dyncc-holdout-v1"
-    min_hold_seconds: int = 24 * 3600
-    cooldown_seconds: int = 24 * 3600
-    revert_margin: float = 0.05  # effect must be worse by more than this fraction
-    max_per_pop: int = 1000
-    max_new_per_round: int = 100
-    algorithm: str = "bbr"
+def _seconds(value: Any) -> int:
+    return int(value)
+
+
+def _ms(value: Any) -> float:
+    return float(value) * 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoringConfig(Settings):
+    """Definitions of the controller's scoring and decisions."""
+
+    bucket_seconds: int = setting(
+        "5m", DURATION, "bucket length; not 5m reads raw tcpinfo (lab clock)", section=SCORING, flag="--bucket",
+        validator=_whole_seconds, convert=_seconds,
+    )  # fmt: skip
+    lookback_seconds: int = setting(
+        "3h", DURATION, "scoring window (36 buckets of 5m)", section=SCORING, flag="--lookback",
+        validator=_whole_seconds, convert=_seconds,
+    )  # fmt: skip
+    min_bytes: int = setting(
+        ROLLUP_MIN_BYTES, INT, "a flow qualifies when bytes_acked > this (not 102400 reads raw tcpinfo)",
+        section=SCORING,
+    )  # fmt: skip
+    min_samples: int = setting(
+        5, INT, "qualifying samples for a prefix to count in a bucket (scoring's min_samples)", section=SCORING,
+        flag="--min-bucket-samples",
+    )  # fmt: skip
+    threshold_quantile: float = setting(0.2, FLOAT, "per-bucket bad threshold quantile", section=SCORING)
+    min_buckets: int = setting(12, INT, "counted buckets needed to be scored", section=SCORING)
+    min_duty: float = setting(0.6, FLOAT, "share of counted buckets a prefix must be bad in", section=SCORING)
+    max_flap: float = setting(0.3, FLOAT, "most good/bad changes between buckets, as a share", section=SCORING)
+    min_rtt_ms: float = setting(
+        "10ms", DURATION, "median min_rtt below this: low-RTT, stays on CUBIC", section=SCORING, flag="--min-rtt",
+        convert=_ms,
+    )  # fmt: skip
+    holdout_fraction: float = setting(
+        0.10, FLOAT, "fraction of candidates kept as control group", section=DECISIONS, flag="--holdout"
+    )
+    min_hold_seconds: int = setting(
+        "24h", DURATION, "minimum time on BBR before a revert", section=DECISIONS, flag="--min-hold",
+        convert=_seconds,
+    )  # fmt: skip
+    cooldown_seconds: int = setting(
+        "24h", DURATION, "block re-selection this long after a revert", section=DECISIONS, flag="--cooldown",
+        convert=_seconds,
+    )  # fmt: skip
+    revert_margin: float = setting(0.05, FLOAT, "effect must be worse by more than this", section=DECISIONS)
+    max_per_pop: int = setting(1000, INT, "cap of prefixes on BBR per POP", section=DECISIONS, flag="--max-bbr-per-pop")
+    max_new_per_round: int = setting(
+        100, INT, "max new selections per POP and round", section=DECISIONS, flag="--max-new"
+    )
+    algorithm: str = setting("bbr", STR, "congestion control of selected prefixes", section=DECISIONS)
+    holdout_salt: str = dataclasses.field(default="dyncc-holdout-v1", init=False)  # not a setting
 
     @property
     def lookback_buckets(self) -> int:
@@ -49,34 +97,33 @@ class ScoringConfig:
         """The 5-minute rollup serves the default definitions; anything else reads raw tcpinfo."""
         return self.bucket_seconds == ROLLUP_BUCKET_SECONDS and self.min_bytes == ROLLUP_MIN_BYTES
 
-    def validate(self) -> ScoringConfig:
+    def __post_init__(self) -> None:
         if self.bucket_seconds < 1:
-            raise ScoringConfigError(f"bucket must be at least 1 s, got {self.bucket_seconds} s")
+            raise ConfigError(f"bucket must be at least 1 s, got {self.bucket_seconds} s")
         if self.lookback_seconds % self.bucket_seconds:
-            raise ScoringConfigError(
+            raise ConfigError(
                 f"lookback {self.lookback_seconds} s is not a whole number of {self.bucket_seconds} s buckets"
             )
         if self.lookback_buckets < 2:
-            raise ScoringConfigError("lookback must span at least 2 buckets")
+            raise ConfigError("lookback must span at least 2 buckets")
         if not 1 <= self.min_buckets <= self.lookback_buckets:
-            raise ScoringConfigError(
+            raise ConfigError(
                 f"min-buckets {self.min_buckets} must be between 1 and the {self.lookback_buckets} "
                 "buckets of the lookback"
             )
         if self.min_samples < 1:
-            raise ScoringConfigError("min-samples must be at least 1")
+            raise ConfigError("min-samples must be at least 1")
         if self.min_bytes < 0:
-            raise ScoringConfigError("min-bytes must not be negative")
+            raise ConfigError("min-bytes must not be negative")
         for name in ("threshold_quantile", "min_duty", "max_flap", "holdout_fraction", "revert_margin"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
-                raise ScoringConfigError(f"{name.replace('_', '-')} must be within [0, 1], got {value}")
+                raise ConfigError(f"{name.replace('_', '-')} must be within [0, 1], got {value}")
         if self.threshold_quantile >= 1.0:
-            raise ScoringConfigError("threshold-quantile must be below 1")
+            raise ConfigError("threshold-quantile must be below 1")
         if self.max_per_pop < 0 or self.max_new_per_round < 0:
-            raise ScoringConfigError("caps must not be negative")
+            raise ConfigError("caps must not be negative")
         if self.min_hold_seconds < 0 or self.cooldown_seconds < 0:
-            raise ScoringConfigError("min-hold and cooldown must not be negative")
+            raise ConfigError("min-hold and cooldown must not be negative")
         if self.min_rtt_ms < 0:
-            raise ScoringConfigError("min-rtt must not be negative")
-        return self
+            raise ConfigError("min-rtt must not be negative")

@@ -26,7 +26,6 @@ import numpy as np
 from controller.scoring.decide import ON_BBR, SKIP, STATE_COLUMNS, empty_state
 from controller.scoring.desired import IN_FORCE, KILLED, RECORDED, DesiredState, PublishOutcome
 from controller.store import sql as sql_files
-from controller.store.sql import quote
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,14 +65,10 @@ def load_previous(store: Store, pop: str, now: dt.datetime, include_recorded: bo
     latest = latest_rounds(store, pop, now, include_recorded)
     if not latest:
         return empty_state()
-    keys = ", ".join(f"({quote(p)}, {quote(r)})" for p, (r, _, _) in sorted(latest.items()))
+    keys = sql_files.values_list([(p, r) for p, (r, _, _) in sorted(latest.items())])  # one per POP
     times = [t for _, _, t in latest.values()]
     df = store.query_df(
-        "SELECT pop, prefix, decision, toUInt32(selected_since) AS selected_since, "
-        "toUInt32(holdout_since) AS holdout_since, toUInt32(cooldown_until) AS cooldown_until, "
-        "toUInt32(last_seen) AS last_seen, baseline_low_rate "
-        "FROM selections WHERE round_time >= %(lo)s AND round_time <= %(hi)s "
-        f"AND (pop, round_id) IN ({keys})",
+        sql_files.splice(sql_files.query("scoring_previous_state"), {"keys": keys}),
         {"lo": _utc(min(times)), "hi": _utc(max(times))},
     )
     out = pd.DataFrame({name: df[name] for name in STATE_COLUMNS})

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from controller.store.sql import Version
+from controller.store.columns import StrColumn, plain_columns
+from controller.store.sql import Version, query, splice
 from controller.store.url import StoreURL, check_identifier
 from dyncc_common.errors import StoreError
 
@@ -39,8 +40,10 @@ if TYPE_CHECKING:
 Column = np.ndarray | Sequence[Any]
 #: column name -> (ClickHouse type, values): a table sent along with a query (query_rows_with)
 DataTable = Mapping[str, tuple[str, Column]]
+#: a column of a bulk insert: a numpy array, or a String column as codes into distinct values
+BulkColumn = np.ndarray | StrColumn
 
-__all__ = ["DATA", "Column", "DataTable", "Store"]
+__all__ = ["DATA", "BulkColumn", "Column", "DataTable", "Store"]
 
 #: where a query_rows_with() statement reads its data table
 DATA = "{{data}}"
@@ -90,6 +93,27 @@ class Store(ABC):
     @abstractmethod
     def ensure_database(self) -> None:
         """CREATE DATABASE IF NOT EXISTS for the URL's database."""
+
+    def prepare_block(self, columns: Mapping[str, BulkColumn], rows: int, types: Mapping[str, str]) -> Any:
+        """The rows serialized ahead of bulk_insert (on the calling thread), or None.
+
+        `types` maps each column to its ClickHouse type as the table declares it.  A back
+        end without a faster path returns None; bulk_insert then inserts the columns.
+        """
+        return None
+
+    def bulk_insert(self, table: str, columns: Mapping[str, BulkColumn], rows: int, block: Any = None) -> None:
+        """Insert equal-length columns (numpy arrays or StrColumn) as one block; StoreError on failure.
+
+        `block` is prepare_block()'s result for the same columns, if any.  Safe to call from
+        several threads at once (the ClickHouse back end keeps one connection per insert).
+        """
+        self.insert_columns(table, plain_columns(columns))
+
+    def table_exists(self, table: str) -> bool:
+        """True if `table` (a checked identifier) exists in the URL's database."""
+        sql = splice(query("store_table_exists"), {"table": check_identifier(table)})
+        return bool(int(self.query_rows(sql)[0][0]))
 
     def close(self) -> None:  # noqa: B027 - optional hook
         pass

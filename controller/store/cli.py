@@ -1,27 +1,24 @@
-"""`dyncc schema apply`: create the database and apply pending migrations."""
+"""`dyncc schema apply|status`: create the database and apply pending migrations, or list them.
+
+The flags come from SchemaSettings (controller/store/settings.py); controller/cli.py builds
+the settings and calls run(settings).
+"""
 
 from __future__ import annotations
 
-import argparse
-
 from controller.store import open_store
 from controller.store.migrate import apply_migrations
+from controller.store.settings import SchemaSettings
+
+__all__ = ["SETTINGS", "run"]
+
+SETTINGS = SchemaSettings
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["apply", "status"], help="apply pending migrations / list them")
-    parser.add_argument(
-        "--clickhouse",
-        required=True,
-        metavar="URL",
-        help="store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    store = open_store(args.clickhouse)
+def run(settings: SchemaSettings) -> int:
+    store = open_store(settings.clickhouse)
     try:
-        if args.action == "status":
+        if settings.action == "status":
             rows = store.query_rows("SELECT version, name, applied_at FROM schema_migrations ORDER BY version")
             for version, name, applied_at in rows:
                 print(f"{int(version):03d}_{name}  applied {applied_at}")

@@ -13,13 +13,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from controller.store import sql as sql_params
-from controller.store.base import DATA, Column, DataTable, Store, data_columns, one_line, row_count
+from controller.store.base import DATA, BulkColumn, Column, DataTable, Store, data_columns, one_line, row_count
+from controller.store.columns import plain_columns
 from controller.store.sql import Version, parse_version
 from controller.store.url import StoreURL, check_identifier
 from dyncc_common.errors import StoreError, StoreUnavailable, classify
 
 if TYPE_CHECKING:
     import pandas as pd
+
+log = logging.getLogger("dyncc.store")
 
 
 def clickhouse_error(exc: BaseException, url: StoreURL) -> StoreError:
@@ -67,6 +70,14 @@ class ClickHouseStore(Store):
         self._client = Client(database=url.database, **common)
         self._admin = Client(database="default", **common)
         self._version: Version | None = None
+        # Native-protocol connections for bulk inserts, one per concurrent insert (a pipelining
+        # writer has several in flight; a driver connection is not shared).
+        self._idle: list[Any] = []
+        self._connections: list[Any] = []
+        self._pool_lock = threading.Lock()
+        self._revision: int | None = None
+        self._native = True  # False after a SchemaMismatch: the driver's insert from then on
+        self._block_ok = True  # False after a pre-serialized block did not match the server
 
     def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         from clickhouse_driver import errors as ch_errors
@@ -136,6 +147,90 @@ class ClickHouseStore(Store):
         )
         return rows
 
+    # ------------------------------------------------------------ bulk insert (Native)
+
+    def prepare_block(self, columns: Mapping[str, BulkColumn], rows: int, types: Mapping[str, str]) -> Any:
+        """A NativeBlock of the rows for the server's protocol revision (probed once), or None."""
+        if not self._native or not self._block_ok:
+            return None
+        from clickhouse_driver import errors as ch_errors
+
+        from controller.store.native import serialize_block
+
+        if self._revision is None:
+            client = self._checkout()
+            try:
+                self._revision = client.revision()
+            except (ch_errors.Error, OSError, EOFError):
+                return None  # the insert itself reports the store being down
+            finally:
+                self._checkin(client)
+        return serialize_block(columns, rows, types, self._revision)
+
+    def bulk_insert(self, table: str, columns: Mapping[str, BulkColumn], rows: int, block: Any = None) -> None:
+        """The pre-serialized block, else columns serialized per the server's types, else the driver's insert.
+
+        A block or column layout the server does not expect (SchemaMismatch) falls back
+        to the next path for good, with one warning.
+        """
+        if self._native:
+            from controller.store.native import NativeColumns, SchemaMismatch
+
+            if block is not None and self._block_ok:
+                try:
+                    self._native_insert(table, block, list(columns))
+                    return
+                except SchemaMismatch as exc:
+                    log.warning("pre-serialized insert not possible (%s); serializing per server types", exc)
+                    self._block_ok = False
+            try:
+                self._native_insert(table, NativeColumns(columns, rows), list(columns))
+                return
+            except SchemaMismatch as exc:
+                log.warning("native insert not possible (%s); using the driver's insert from now on", exc)
+                self._native = False
+                self._close_pool()
+        self.insert_columns(table, plain_columns(columns))
+
+    def _native_insert(self, table: str, data: Any, columns: list[str]) -> None:
+        from clickhouse_driver import errors as ch_errors
+
+        from controller.store.native import SchemaMismatch
+
+        names = ", ".join(check_identifier(c) for c in columns)
+        client = self._checkout()
+        try:
+            client.execute(f"INSERT INTO {check_identifier(table)} ({names}) VALUES", [data])
+        except SchemaMismatch:
+            raise
+        except (ch_errors.Error, OSError, EOFError) as exc:
+            raise clickhouse_error(exc, self.url) from exc
+        finally:
+            self._checkin(client)
+
+    def _checkout(self) -> Any:
+        with self._pool_lock:
+            if self._idle:
+                return self._idle.pop()
+        from controller.store.native import native_client
+
+        client = native_client(self.url)
+        with self._pool_lock:
+            self._connections.append(client)
+        return client
+
+    def _checkin(self, client: Any) -> None:
+        with self._pool_lock:
+            if client in self._connections:
+                self._idle.append(client)
+
+    def _close_pool(self) -> None:
+        with self._pool_lock:
+            connections, self._connections, self._idle = self._connections, [], []
+        for client in connections:
+            client.disconnect()
+
     def close(self) -> None:
+        self._close_pool()
         self._client.disconnect()
         self._admin.disconnect()

@@ -34,8 +34,9 @@ from clickhouse_driver.protocol import ClientPacketTypes
 from clickhouse_driver.varint import write_varint
 from clickhouse_driver.writer import write_binary_str, write_binary_uint8
 
-from controller.ingest.columns import StrColumn, numpy_dtype
-from controller.store import StoreURL
+from controller.store.columns import StrColumn, numpy_dtype
+from controller.store.url import StoreURL
+from dyncc_common.errors import DynccError
 from schemas.tcpinfo_encode import encode_varint
 
 
@@ -100,7 +101,7 @@ class NativeColumns:
         self.rows = rows
 
 
-class SchemaMismatch(Exception):
+class SchemaMismatch(DynccError):
     """The server table does not have the columns we send."""
 
 

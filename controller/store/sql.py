@@ -18,6 +18,16 @@ newer than 18.16 are written as markers that expand to nothing on old servers
 Retention TTLs delete rows older than the interval at insert and merge time;
 a store URL with ttl=off creates tables without them.
 
+Slots.  A query file can hold `{{name}}` slots (no parentheses: a marker has them) that
+splice() fills with other SQL text: another of dyncc's query files (comment lines dropped,
+strip_comments) or a literal list of values (values_list, bounded by the caller).  The
+slots must equal the parts given, so a typo fails here and not on the server.  One slot
+is never spliced: `{{data}}`, where Store.query_rows_with puts the table of data sent
+along with the query.  Views for Grafana (sql/views) keep Grafana's own
+`$__timeFilter(col)` macro; render_time_filter expands it the way Grafana's ClickHouse
+data source does, so dyncc can run the same files.  `{{...}}` is dyncc's only template
+syntax; %(name)s below is parameter binding, not a template.
+
 Parameters.  ClickHouse 18.16 has no server-side query parameters and chDB takes plain
 text, so both store back ends substitute %(name)s here (render): values are quoted as
 ClickHouse literals (quote); anything else is rejected.
@@ -207,3 +217,54 @@ def render(sql: str, params: Mapping[str, Any] | None) -> str:
         return quote(params[name])
 
     return _PARAM.sub(replace, sql)
+
+
+# ---- {{slot}} splicing
+
+_SLOT = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+#: slots splice() leaves alone: {{data}} is filled by Store.query_rows_with
+UNSPLICED = frozenset({"data"})
+_TIME_FILTER = re.compile(r"\$__timeFilter\(\s*(\w+)\s*\)")
+
+
+def strip_comments(sql: str) -> str:
+    """The SQL without its whole-line `--` comments (so it can be nested in another)."""
+    return "\n".join(line for line in sql.splitlines() if not line.lstrip().startswith("--")).strip()
+
+
+def slots(sql: str) -> set[str]:
+    """The {{slot}} names of `sql` outside comment lines, except UNSPLICED ones."""
+    return set(_SLOT.findall(strip_comments(sql))) - UNSPLICED
+
+
+def splice(sql: str, parts: Mapping[str, str]) -> str:
+    """`sql` with each {{slot}} replaced by parts[slot]; comment lines of both dropped.  Pure.
+
+    Every slot must be given and every part used.  The parts are inserted as they are (no
+    slot expansion inside them), so callers pass only dyncc's own query files or
+    values_list() output, never anything a user typed.
+    """
+    code = strip_comments(sql)
+    found = slots(code)
+    if found != set(parts):
+        raise ValueError(f"query slots {sorted(found)} do not match the parts given {sorted(parts)}")
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        return match.group(0) if name in UNSPLICED else strip_comments(parts[name]) + "\n"
+
+    return _SLOT.sub(replace, code)
+
+
+def values_list(rows: Sequence[Sequence[Any]]) -> str:
+    """`(a, b), (c, d)`: tuples of quoted literals for an IN list (the caller bounds the rows)."""
+    if not rows:
+        raise ValueError("an empty values list")
+    return ", ".join("(" + ", ".join(quote(v) for v in row) + ")" for row in rows)
+
+
+def render_time_filter(sql: str, start_s: int, end_s: int) -> str:
+    """Expand Grafana's `$__timeFilter(col)` to `col >= toDateTime(S) AND col <= toDateTime(E)`."""
+    return _TIME_FILTER.sub(
+        lambda m: f"{m.group(1)} >= toDateTime({int(start_s)}) AND {m.group(1)} <= toDateTime({int(end_s)})", sql
+    )

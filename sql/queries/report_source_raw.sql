@@ -1,7 +1,7 @@
 -- dyncc report, per-bucket source computed from raw tcpinfo in buckets of %(bucket)s seconds
 -- (finer than the rollup, for short windows such as an accelerated lab): the same aggregate
 -- states as the tcpinfo_5m materialized view builds, per (ts, pop, prefix).
--- Same columns as report_source_rollup.sql; spliced as {source} by controller/report/data.py.
+-- Same columns as report_source_rollup.sql; spliced as {{source}} by controller/report/data.py.
 -- Parameters: %(pop)s ('' = all), %(start)s, %(end)s, %(bucket)s (seconds).
 SELECT
     intDiv(toUnixTimestamp(time), %(bucket)s) * %(bucket)s AS ts,

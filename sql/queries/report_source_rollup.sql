@@ -3,7 +3,7 @@
 --   ts          bucket start, Unix seconds
 --   qual_state  countIf state: qualifying flows (bytes_acked > 100 KB)
 --   rate_state  quantilesIf(0.05, 0.1, 0.5) state of delivery_rate over qualifying flows
--- Same columns as report_source_raw.sql; spliced as {source} by controller/report/data.py.
+-- Same columns as report_source_raw.sql; spliced as {{source}} by controller/report/data.py.
 -- Parameters: %(pop)s ('' = all), %(start)s, %(end)s.
 SELECT
     toUnixTimestamp(bucket) AS ts,

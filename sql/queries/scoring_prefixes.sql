@@ -42,6 +42,6 @@ FROM
         if(counted_buckets > 0, sumIf(low, counted) / counted_buckets, nan) AS low_delivery_rate,
         if(counted_buckets > 0, sumIf(rtt, counted) / counted_buckets / 1000., nan) AS median_min_rtt_ms,
         toUInt32(sumIf(rtt < %(min_rtt_us)s, counted)) AS low_rtt_buckets
-    FROM ({timeline})
+    FROM ({{timeline}})
     GROUP BY key  -- cityHash64(pop, prefix): one fixed-width key groups faster than two strings
 )

@@ -1,5 +1,5 @@
 -- (Re)compute the per-prefix statistics of the given (pop, bucket)s into the scoring_buckets
--- cache, tagged with %(version)s.  {source} is scoring_refresh_rollup.sql (the 5-minute rollup)
+-- cache, tagged with %(version)s.  {{source}} is scoring_refresh_rollup.sql (the 5-minute rollup)
 -- or scoring_refresh_raw.sql (raw tcpinfo, other bucket / threshold), spliced in by
 -- controller/scoring/query.py; both give one row per (pop, bucket, prefix) whatever socket
 -- families saw the prefix, with the prefix's family (2 = IPv4, 10 = IPv6):
@@ -23,5 +23,5 @@ SELECT
     floor(rtt_q)
 FROM
 (
-{source}
+{{source}}
 )

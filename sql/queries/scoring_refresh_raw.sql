@@ -1,8 +1,8 @@
 -- Per-prefix statistics of the given (pop, bucket)s from raw tcpinfo (bucket of
--- %(bucket_seconds)s, a flow qualifies when bytes_acked > %(min_bytes)s); the {source} of
+-- %(bucket_seconds)s, a flow qualifies when bytes_acked > %(min_bytes)s); the {{source}} of
 -- scoring_refresh_insert.sql, same columns as scoring_refresh_rollup.sql: one row per client
 -- network, both socket families of a prefix together, `family` the prefix's.
--- Parameters: %(start)s, %(end)s, %(bucket_seconds)s, %(min_bytes)s; {keys} = a list of
+-- Parameters: %(start)s, %(end)s, %(bucket_seconds)s, %(min_bytes)s; {{keys}} = a list of
 -- (pop, toUInt32(bucket)) tuples.
 SELECT
     pop,
@@ -15,5 +15,5 @@ SELECT
     quantileIf(0.5)(min_rtt, bytes_acked > %(min_bytes)s) AS rtt_q
 FROM tcpinfo
 WHERE time >= %(start)s AND time < %(end)s
-  AND (pop, intDiv(toUInt32(time), %(bucket_seconds)s) * %(bucket_seconds)s) IN ({keys})
+  AND (pop, intDiv(toUInt32(time), %(bucket_seconds)s) * %(bucket_seconds)s) IN ({{keys}})
 GROUP BY pop, bucket, prefix

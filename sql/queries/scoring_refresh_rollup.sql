@@ -1,4 +1,4 @@
--- Per-prefix statistics of the given (pop, bucket)s from the tcpinfo_5m rollup; the {source}
+-- Per-prefix statistics of the given (pop, bucket)s from the tcpinfo_5m rollup; the {{source}}
 -- of scoring_refresh_insert.sql, same columns as scoring_refresh_raw.sql.  One row per client
 -- network: the rollup keeps one row per socket family, and an IPv4 client seen on both IPv4 and
 -- IPv6 (::ffff:a.b.c.d) sockets has the same IPv4 prefix in both, so the rows are merged here and
@@ -6,7 +6,7 @@
 -- states are merged here once per bucket instead of on every round (reading millions of
 -- quantile states is what a full rescore would spend its time on).  Qualifying flows
 -- (bytes_acked > 100 KB) are baked into the rollup.
--- Parameters: %(start)s, %(end)s; {keys} = a list of (pop, toUInt32(bucket)) tuples
+-- Parameters: %(start)s, %(end)s; {{keys}} = a list of (pop, toUInt32(bucket)) tuples
 -- rendered by controller/scoring/query.py.
 SELECT
     pop,
@@ -19,5 +19,5 @@ SELECT
     arrayElement(quantilesIfMerge(0.1, 0.5)(min_rtt_qual_q), 2) AS rtt_q
 FROM tcpinfo_5m
 WHERE bucket >= %(start)s AND bucket < %(end)s
-  AND (pop, toUInt32(bucket)) IN ({keys})
+  AND (pop, toUInt32(bucket)) IN ({{keys}})
 GROUP BY pop, bucket, prefix

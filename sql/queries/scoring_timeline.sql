@@ -7,7 +7,7 @@
 -- The thresholds come from a GROUP BY (pop, bucket) joined back with
 -- ANY LEFT JOIN ... USING (no window functions on ClickHouse 18.16).
 -- Parameters: %(source)s, %(pop)s ('' = every POP), %(start)s, %(end)s,
--- %(min_samples)s, %(threshold_quantile)s; {versions} = the current
+-- %(min_samples)s, %(threshold_quantile)s; {{versions}} = the current
 -- (pop, toUInt32(bucket), version) tuples, rendered by controller/scoring/query.py.
 SELECT
     pop,
@@ -40,7 +40,7 @@ FROM
     WHERE source = %(source)s
       AND (%(pop)s = '' OR pop = %(pop)s)
       AND bucket >= %(start)s AND bucket < %(end)s
-      AND (pop, toUInt32(bucket), version) IN ({versions})
+      AND (pop, toUInt32(bucket), version) IN ({{versions}})
 ) AS prefix_buckets
 ANY LEFT JOIN
 (
@@ -52,6 +52,6 @@ ANY LEFT JOIN
     WHERE source = %(source)s
       AND (%(pop)s = '' OR pop = %(pop)s)
       AND bucket >= %(start)s AND bucket < %(end)s
-      AND (pop, toUInt32(bucket), version) IN ({versions})
+      AND (pop, toUInt32(bucket), version) IN ({{versions}})
     GROUP BY pop, bucket
 ) AS bucket_thresholds USING (pop, bucket)

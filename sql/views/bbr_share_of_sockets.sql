@@ -1,4 +1,6 @@
 -- Grafana panel: Time series (unit: percent (0.0-1.0), max 1); one series per POP.
+-- $__timeFilter(col) is Grafana's macro, not dyncc's template syntax; dyncc runs this file with it
+-- expanded by controller/store/sql.py render_time_filter (as the ClickHouse data source does).
 -- Share of observed sockets (poll samples) using a BBR variant, per POP per 5 minutes, from the
 -- raw tcpinfo table: it rises as configs move prefixes to BBR.
 -- Grafana ClickHouse data source, Format "Time series": long rows (time, pop, bbr_share).

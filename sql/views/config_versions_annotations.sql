@@ -1,4 +1,6 @@
 -- Grafana: Annotation query (Dashboard settings > Annotations, ClickHouse data source), or a
+-- $__timeFilter(col) is Grafana's macro, not dyncc's template syntax; dyncc runs this file with it
+-- expanded by controller/store/sql.py render_time_filter (as the ClickHouse data source does).
 -- Table panel.  One mark per published config version (rejected versions never reached edges).
 SELECT
     min(created_at) AS time,

@@ -1,4 +1,6 @@
 -- Grafana panel: Time series (unit: bytes/sec(SI)); one series per POP.
+-- $__timeFilter(col) is Grafana's macro, not dyncc's template syntax; dyncc runs this file with it
+-- expanded by controller/store/sql.py render_time_filter (as the ClickHouse data source does).
 -- APPROXIMATE p10 goodput: bytes_acked / busy_time (µs) of each qualifying flow (> 100 KB) at its
 -- last poll, per POP per 5 minutes.  busy_time is the time the socket had data in flight, not
 -- what the client waited; HTTP access-log goodput is the true measure.

@@ -1,4 +1,6 @@
 -- Grafana panel: Bar chart (or Time series drawn as bars); one series per POP.
+-- $__timeFilter(col) is Grafana's macro, not dyncc's template syntax; dyncc runs this file with it
+-- expanded by controller/store/sql.py render_time_filter (as the ClickHouse data source does).
 -- Prefixes newly selected for BBR per controller round (decision = 'select'); a steady POP
 -- selects few new prefixes per round.  Only rounds whose decisions reached the edges (outcome
 -- published / unchanged / legacy in round_outcomes); a round re-run at the same time counts once.

@@ -1,4 +1,6 @@
 -- Grafana panel: Table.  Every controller decision per round and prefix with what became of it:
+-- $__timeFilter(col) is Grafana's macro, not dyncc's template syntax; dyncc runs this file with it
+-- expanded by controller/store/sql.py render_time_filter (as the ClickHouse data source does).
 -- the round's outcome for the POP (its latest round_outcomes row): published / unchanged (in
 -- force on the edges), rejected (validation refused the config), publish_failed, held (a rollout
 -- in flight), killed, recorded (no publisher).  Only 'select'/'keep' rows of in-force rounds are

@@ -1,4 +1,6 @@
 -- Grafana panel: Time series (unit: bytes/sec(SI)); one series per group (treated / holdout).
+-- $__timeFilter(col) is Grafana's macro, not dyncc's template syntax; dyncc runs this file with it
+-- expanded by controller/store/sql.py render_time_filter (as the ClickHouse data source does).
 -- p10 delivery rate of qualifying flows per 5 minutes for prefixes the controller moved to BBR
 -- (decision 'select'/'keep') and for the holdout control group that stayed on CUBIC, from the
 -- rounds whose decisions reached the edges (outcome published / unchanged / legacy in

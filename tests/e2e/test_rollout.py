@@ -7,7 +7,6 @@ bad state.  Then the kill switch removes every owned route on both hosts.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -20,11 +19,9 @@ from pathlib import Path
 import pytest
 
 from controller.rollout import records as rs
-from controller.rollout.cli import run as rollout_run
-from controller.rollout.publish import publish_round
 from controller.store import Store
 from tests.support.netns_util import namespaces, new_ns_name, ns_sh, require_root, veth_pair
-from tests.support.rollout_util import control_parser, desired, make_keys
+from tests.support.rollout_util import desired, make_keys, publish_round, publisher, run_control
 
 pytestmark = [pytest.mark.kafka, pytest.mark.netns, pytest.mark.slow]
 
@@ -96,7 +93,8 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
         str(private),
     ]
     # The canary's health gate cannot pass: no host has a petabyte of free memory.
-    args: argparse.Namespace = control_parser().parse_args(
+    pub = publisher(
+        store,
         [
             *base,
             "--canary-hosts",
@@ -107,7 +105,7 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
             "60s",
             "--min-mem-available",
             "1000000G",
-        ]
+        ],
     )
 
     agents: list[subprocess.Popen[bytes]] = []
@@ -149,14 +147,14 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
             )
 
         # v1: D1 to the whole POP; both agents install it.
-        publish_round(store, [desired(POP, D1)], args)
+        publish_round(pub, [desired(POP, D1)])
         for host, ns in edges.items():
             wait_for(lambda ns=ns: set(owned_routes(ns)) == set(D1), f"{host} to install D1")  # type: ignore[misc]
         assert set(owned_routes(edges["edge-1"]).values()) == {"bbr"}
 
         # Let the controller learn both hosts from their status reports, then stage D2.
         def canary_started() -> bool:
-            publish_round(store, [desired(POP, D2)], args)
+            publish_round(pub, [desired(POP, D2)])
             return rs.load_state(store, POP).phase == "canary"
 
         wait_for(canary_started, "the canary wave to start")
@@ -166,7 +164,7 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
 
         # The gate fails on health: the controller rolls the wave back.
         def rolled_back() -> bool:
-            publish_round(store, [desired(POP, D2)], args)
+            publish_round(pub, [desired(POP, D2)])
             assert set(owned_routes(edges["edge-2"])) == set(D1), "the rest of the POP got the bad state"
             return rs.load_state(store, POP).phase != "canary"
 
@@ -177,9 +175,7 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
         assert {r[0] for r in rows} == {"edge-1", "edge-2"}
 
         # Kill switch: every owned route goes on both hosts.
-        assert rollout_run(
-            control_parser().parse_args([*base, "kill-switch", "--pop", POP, "--clickhouse", store_url])
-        ) in (0, None)
+        assert run_control([*base, "kill-switch", "--pop", POP, "--clickhouse", store_url]) == 0
         for host, ns in edges.items():
             wait_for(lambda ns=ns: owned_routes(ns) == {}, f"{host} to remove every owned route")  # type: ignore[misc]
             # The covering default routes (not ours) are untouched.

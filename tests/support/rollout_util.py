@@ -8,21 +8,43 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from controller.rollout.cli import register
-from controller.rollout.publish import add_publish_options
+from controller.control import cli as control_cli
+from controller.rollout.publish import Publisher
+from controller.rollout.settings import RolloutConfig
 from controller.rollout.signing import keygen
-from controller.scoring.desired import DesiredEntry, DesiredState
+from controller.scoring.desired import DesiredEntry, DesiredState, PublishOutcome
+from controller.scoring.state import write_outcomes
+from controller.store import Store
 from schemas.congestion_pb2 import ApplyStatus, CongestionConfig, HostHealth
 
 
 def control_parser() -> argparse.ArgumentParser:
-    """What controller/control/cli.py builds: main options + publish options + action subparsers."""
+    """The parser of `dyncc control` (controller/control/cli.py configure)."""
     parser = argparse.ArgumentParser(prog="dyncc control")
-    parser.add_argument("--clickhouse", metavar="URL")
-    add_publish_options(parser)
-    subparsers = parser.add_subparsers(dest="action")
-    register(subparsers)
+    control_cli.configure(parser)
     return parser
+
+
+def run_control(argv: list[str]) -> int:
+    """`dyncc control ARGV` in-process (the command line -> settings objects -> run)."""
+    return control_cli.run(control_parser().parse_args(argv))
+
+
+def rollout_config(argv: list[str]) -> RolloutConfig:
+    """The RolloutConfig of a `dyncc control` command line (without control's cross-checks)."""
+    return RolloutConfig.from_sources(vars(control_parser().parse_args(argv)))
+
+
+def publish_round(publisher: Publisher, states: list[DesiredState]) -> dict[str, PublishOutcome]:
+    """What a controller round does with its desired states: publish, then record the outcomes."""
+    outcomes = publisher.publish_round(states)
+    desired_by_pop = {s.pop: s for s in states}
+    write_outcomes(publisher.store, [(desired_by_pop[pop], o) for pop, o in outcomes.items()])
+    return outcomes
+
+
+def publisher(store: Store, argv: list[str]) -> Publisher:
+    return Publisher(store, rollout_config(argv))
 
 
 def make_keys(tmp_path: Path) -> tuple[Path, Path]:

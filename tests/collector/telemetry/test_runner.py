@@ -15,7 +15,7 @@ import pytest
 
 from collector.telemetry.metrics import CollectMetrics
 from collector.telemetry.runner import CollectLoop
-from collector.telemetry.settings import add_arguments, load_config
+from collector.telemetry.settings import CollectSettings
 from collector.telemetry.sinks import FileSink, KafkaSink, StdoutSink, read_records
 from controller.cli import main as cli_main
 from dyncc_common.errors import ConfigError
@@ -23,10 +23,12 @@ from dyncc_common.runtime import StopFlag
 from schemas.tcpinfo_decode import decode_batch
 
 
-def args(*argv: str) -> argparse.Namespace:
+def load_config(*argv: str) -> CollectSettings:
+    """The settings `dyncc collect ARGV` runs with (the CLI's path: flags, then --config)."""
     p = argparse.ArgumentParser()
-    add_arguments(p)
-    return p.parse_args(list(argv))
+    CollectSettings.add_arguments(p)
+    flags = vars(p.parse_args(list(argv)))
+    return CollectSettings.from_sources(flags, flags.get("config"))
 
 
 class SlowSink:
@@ -60,7 +62,7 @@ class SlowSink:
 
 def run_loop(tmp_path: Path, *argv: str, delay: float = 0.0, polls: int = 3) -> tuple[CollectMetrics, Path]:
     out = tmp_path / "out.bin"
-    cfg = load_config(args("--sink", "file", "--out", str(out), "--no-default-excludes", *argv))
+    cfg = load_config("--sink", "file", "--out", str(out), "--no-default-excludes", *argv)
     metrics = CollectMetrics(prometheus=True)
     stop = StopFlag()
     sink = SlowSink(FileSink(out, metrics), stop, delay, polls)
@@ -86,7 +88,7 @@ def test_poll_within_its_period_is_not_an_overrun(tmp_path: Path) -> None:
 
 def test_poll_timeout_is_counted(tmp_path: Path) -> None:
     out = tmp_path / "out.bin"
-    cfg = load_config(args("--sink", "file", "--out", str(out), "--once", "--timeout", "0.000001"))
+    cfg = load_config("--sink", "file", "--out", str(out), "--once", "--timeout", "0.000001")
     metrics = CollectMetrics(prometheus=False)
     assert CollectLoop(cfg, FileSink(out, metrics), metrics, StopFlag()).run() == 0
     assert metrics.value("dyncc_collect_poll_timeouts_total") == 1
@@ -99,30 +101,30 @@ def test_toml_then_flags(tmp_path: Path) -> None:
         '[collect]\ninterval = "5m"\nsink = "file"\nout = "/tmp/x"\nport = [443, 80]\n'
         'exclude = ["10.0.0.0/8"]\nsample = 4\nstate = ["established"]\nmin-bytes-acked = "1KiB"\n'
     )
-    cfg = load_config(args("--config", str(conf), "--sample", "2", "--interval", "30s"))
+    cfg = load_config("--config", str(conf), "--sample", "2", "--interval", "30s")
     assert cfg.interval == 30 and cfg.jitter == 3.0
     assert cfg.sink == "file" and cfg.out == "/tmp/x"
-    assert cfg.poller.filters.local_ports == {443, 80}
-    assert cfg.poller.filters.sample_n == 2
-    assert cfg.poller.filters.min_bytes_acked == 1024
-    assert cfg.poller.states == (1,)
-    assert "10.0.0.0/8" in {str(n) for n in cfg.poller.filters.exclude}
-    assert "127.0.0.0/8" in {str(n) for n in cfg.poller.filters.exclude}
+    assert cfg.poller_config().filters.local_ports == {443, 80}
+    assert cfg.poller_config().filters.sample_n == 2
+    assert cfg.poller_config().filters.min_bytes_acked == 1024
+    assert cfg.poller_config().states == (1,)
+    assert "10.0.0.0/8" in {str(n) for n in cfg.poller_config().filters.exclude}
+    assert "127.0.0.0/8" in {str(n) for n in cfg.poller_config().filters.exclude}
 
 
 @pytest.mark.parametrize(
     ("argv", "reason"),
     [
-        (["--interval", "soon"], "bad interval"),
+        (["--interval", "soon"], "bad --interval"),
         (["--interval", "1s", "--jitter", "2s"], "bad jitter"),
         (["--sink", "file"], "needs --out"),
-        (["--port", "70000"], "bad port"),
+        (["--port", "70000"], "bad --port"),
         (["--state", "listening"], "bad state"),
         (["--exclude", "10.0.0.0/33"], "bad CIDR"),
-        (["--sample", "0"], "bad sample"),
+        (["--sample", "0"], "bad --sample"),
         (["--netns", "dcol-does-not-exist"], "does not exist"),
         (["--topic", "a b"], "bad topic"),
-        (["--max-bytes", "12"], "bad max-bytes"),
+        (["--max-bytes", "12"], "bad --max-bytes"),
         (["--config", "/nonexistent/c.toml"], "cannot read config"),
     ],
 )
@@ -135,8 +137,8 @@ def test_bad_values_exit_2_with_one_line(argv: list[str], reason: str, capsys: p
 def test_unknown_toml_key(tmp_path: Path) -> None:
     conf = tmp_path / "c.toml"
     conf.write_text("intervall = '5s'\n")
-    with pytest.raises(ConfigError, match="unknown setting 'intervall'"):
-        load_config(args("--config", str(conf)))
+    with pytest.raises(ConfigError, match="unknown key 'intervall'"):
+        load_config("--config", str(conf))
 
 
 def test_file_sink_rotates_by_size(tmp_path: Path) -> None:
@@ -155,8 +157,8 @@ def test_file_sink_rotates_by_size(tmp_path: Path) -> None:
 def test_stdout_sink_one_json_line_per_socket(tmp_path: Path) -> None:
     from collector.telemetry.poller import Poller
 
-    cfg = load_config(args("--no-default-excludes", "--max-rows", "2"))
-    batches = Poller(cfg.poller).poll().batches
+    cfg = load_config("--no-default-excludes", "--max-rows", "2")
+    batches = Poller(cfg.poller_config()).poll().batches
     rows = sum(decode_batch(b).row_count for b in batches)
     lines: list[str] = []
     StdoutSink(CollectMetrics(prometheus=False), write=lambda s: lines.extend(s.splitlines())).send_poll(batches)
@@ -255,7 +257,7 @@ def test_kafka_queue_drops_the_rest_of_a_poll_that_alone_overflows_it() -> None:
 def test_retried_dump_leaves_out_sockets_already_sent() -> None:
     from collector.netlink.sockdiag_parse import Parsed
     from collector.telemetry.filters import FilterSpec
-    from collector.telemetry.poller import PollerConfig, _Encoder
+    from collector.telemetry.poller import Encoder, PollerConfig
     from schemas.tcpinfo_decode import empty_columns
 
     def chunk(cookies: list[int]) -> Parsed:
@@ -269,11 +271,11 @@ def test_retried_dump_leaves_out_sockets_already_sent() -> None:
 
     cfg = PollerConfig(host="t", filters=FilterSpec(), max_rows=4)
     first: list[int] = []
-    enc = _Encoder(cfg, [""], lambda rows, body: first.append(rows))
+    enc = Encoder(cfg, [""], lambda rows, body: first.append(rows))
     enc(chunk([1, 2, 3, 4, 5]))  # 4+ rows: flushed (sent) at once
     assert sum(first) == 5 and enc.sent_rows == 5
     retry: list[int] = []
-    again = _Encoder(cfg, [""], lambda rows, body: retry.append(rows), np.concatenate(enc.sent_cookies))
+    again = Encoder(cfg, [""], lambda rows, body: retry.append(rows), np.concatenate(enc.sent_cookies))
     again(chunk([1, 2, 3, 4, 5, 6, 7]))
     again.flush()
     assert sum(retry) == 2 and again.exported == 2 and again.seen == 7

@@ -25,12 +25,13 @@ def test_cli_module_and_raw_settings_need_no_numpy() -> None:
         "import sys, argparse\n"
         "import controller.cli\n"
         "from collector.telemetry import cli as collect_cli\n"
-        "from collector.telemetry.settings import load_raw\n"
-        "p = argparse.ArgumentParser(); collect_cli.configure(p)\n"
-        "raw = load_raw(p.parse_args(['--once', '--netns', 'x', '--state', 'established,close-wait']))\n"
+        "from collector.telemetry.settings import CollectSettings\n"
+        "p = argparse.ArgumentParser(); collect_cli.SETTINGS.add_arguments(p); collect_cli.configure(p)\n"
+        "argv = ['--once', '--all-netns', '--state', 'established,close-wait', '--port', '443']\n"
+        "s = CollectSettings.from_sources(vars(p.parse_args(argv)))\n"
         "from collector.telemetry.settings import parse_states\n"
-        "assert parse_states(raw['state']) == [1, 8], raw\n"
-        "heavy = ('numpy', 'google', 'confluent_kafka', 'logging')\n"
+        "assert parse_states(s.state) == [1, 8], s\n"
+        "heavy = ('numpy', 'google', 'confluent_kafka', 'logging', 'tomllib')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=True)
@@ -69,8 +70,9 @@ def test_early_dump_plan_is_the_full_options_plan(argv: list[str], monkeypatch: 
     monkeypatch.setattr(collect_start, "namespaces_to_dump", lambda netns, all_netns: [*netns, "*" * all_netns])
     collect_start.start_early_prefetch(argv)
     full = argparse.ArgumentParser()
-    collect_config.add_arguments(full)
-    assert started == [collect_start._dump_plan(collect_config.load_raw(full.parse_args(argv)))]
+    collect_config.CollectSettings.add_arguments(full)
+    settings = collect_config.CollectSettings.from_sources(vars(full.parse_args(argv)))
+    assert started == [collect_start._dump_plan(settings.dump_plan_settings())]
 
 
 def test_no_early_dump_without_once_or_with_a_config_file(monkeypatch: pytest.MonkeyPatch) -> None:

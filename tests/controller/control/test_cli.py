@@ -18,6 +18,7 @@ import pytest
 
 from controller.cli import main as dyncc_main
 from controller.control import cli as control_cli
+from controller.control.settings import ControlSettings
 from controller.store import open_store
 from controller.store.migrate import apply_migrations
 from dyncc_common.runtime import StopFlag
@@ -91,7 +92,7 @@ def test_scheduler_rounds_and_stop(chdb_url: str) -> None:
     synth.insert_samples(store, synth.samples_frame("lab", PATTERNS, now - 40, 50, bucket_seconds=1))
     args = parse(["--clickhouse", chdb_url, "--bucket", "1s", "--lookback", "36s", "--min-hold", "1h"])
     metrics = control_cli.Metrics()
-    controller = control_cli.Controller(store, control_cli.scoring_config(args), args, metrics)
+    controller = control_cli.Controller(store, ControlSettings.from_sources(vars(args)), metrics)
     stop = StopFlag()
     threading.Timer(3.2, stop.set).start()
     started = time.monotonic()

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from controller.cli import main as dyncc_main
 from controller.control import cli as control_cli
+from controller.control.settings import ControlSettings, cap_conflicts
 from controller.report.data import compose, render_view, view_text
 from controller.rollout.generate import build_config
-from controller.rollout.publish import cap_conflicts, validation_policy
 from controller.rollout.records import load_published_config
 from controller.rollout.validate import ValidationPolicy, prefix_problem, validate
 from controller.scoring.decide import decide, empty_state
@@ -38,7 +38,7 @@ from controller.store.migrate import apply_migrations
 from controller.store.sql import migrations
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 from tests.support import scoring_synth as synth
-from tests.support.rollout_util import control_parser, make_keys
+from tests.support.rollout_util import make_keys, rollout_config
 
 POP = "lax"
 START = int(dt.datetime(2024, 3, 1, 9, 0, tzinfo=dt.UTC).timestamp())
@@ -112,7 +112,7 @@ def keys(tmp_path: Path) -> Path:
 
 
 def test_rejected_round_never_becomes_state(store: Store, store_url: str, keys: Path, tmp_path: Path) -> None:
-    """The issue's freeze: a round with lifted caps is rejected; the next normal round must start
+    """The freeze case: a round with lifted caps is rejected; the next normal round must start
     from what was published (10 prefixes), not from the rejected 27, and publish."""
     bad = [f"198.19.{i}.0/24" for i in range(30)]
     insert(store, bad, normal=170)
@@ -123,9 +123,10 @@ def test_rejected_round_never_becomes_state(store: Store, store_url: str, keys: 
     assert len(published_file(out).entries) == 10
 
     # caps lifted by mistake (what `--max-new 1000` did before start-up checks refused it)
-    args = parse(["--clickhouse", store_url, "--once", *options])
-    lifted = replace(control_cli.scoring_config(args), max_new_per_round=1000, max_per_pop=1000)
-    rejected = control_cli.Controller(store, lifted, args, control_cli.Metrics()).round(at(5))
+    settings = ControlSettings.from_sources(vars(parse(["--clickhouse", store_url, "--once", *options])))
+    controller = control_cli.Controller(store, settings, control_cli.Metrics())
+    controller.cfg = replace(settings.scoring, max_new_per_round=1000, max_per_pop=1000)  # past the start checks
+    rejected = controller.round(at(5))
     assert rejected is not None
 
     # normal caps again: starts from the 10 published prefixes, adds 10, publishes
@@ -447,8 +448,7 @@ def test_prefix_problem_is_the_rule_validation_applies(prefix: str) -> None:
 
 
 def test_cap_conflicts() -> None:
-    args = control_parser().parse_args([])
-    policy = validation_policy(args)
+    policy = rollout_config([]).validation_policy()
     assert cap_conflicts(policy, ScoringConfig()) == []
     assert cap_conflicts(policy, ScoringConfig(max_new_per_round=101)) == [
         "--max-new 101 is above the change limit 100 (--max-change-fraction 0.5 x --change-floor 200)"

@@ -192,7 +192,7 @@ def test_cli_replays_a_collector_file_into_chdb(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "extra, reason",
-    [([], "either --kafka"), (["--kafka", "127.0.0.1:1", "--inserters", "0"], "--inserters must be positive")],
+    [([], "either --kafka"), (["--kafka", "127.0.0.1:1", "--inserters", "0"], "bad --inserters 0: must be at least 1")],
 )
 def test_cli_rejects_bad_arguments(extra: list[str], reason: str) -> None:
     proc = subprocess.run(
@@ -218,7 +218,7 @@ def test_fallback_insert_paths_load_the_same_rows(store: Store) -> None:
     msgs = _msgs(1500, seed=21)
     total = sum(decode_batch(m).row_count for m in msgs)
     per_server_types = BatchWriter(store)
-    per_server_types._block_ok = False  # serialize against the server's sample block instead
+    store._block_ok = False  # type: ignore[attr-defined]  # ClickHouse: serialize per the server's sample block
     per_server_types.write(msgs[: len(msgs) // 2])
     driver = BatchWriter(store, native=False)  # clickhouse-driver's / chDB's own insert
     driver.write(msgs[len(msgs) // 2 :])

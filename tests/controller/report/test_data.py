@@ -163,21 +163,6 @@ def test_auto_bucket():
     assert auto_bucket(Window(T, T + dt.timedelta(minutes=119))) == 120
 
 
-def test_splice_inserts_parts_without_comments_and_checks_slots():
-    from controller.report.data import splice
-
-    sql = "-- uses {source} here\nSELECT a FROM ({source}) AS s\nJOIN ({groups}) USING (a)"
-    out = splice(sql, {"source": "-- the source\nSELECT a FROM t -- why\n", "groups": "SELECT a FROM g"})
-    assert out == "SELECT a FROM (SELECT a FROM t -- why\n) AS s\nJOIN (SELECT a FROM g\n) USING (a)"
-    assert "uses" not in out and "the source" not in out
-    with pytest.raises(ValueError, match="groups"):
-        splice(sql, {"source": "SELECT 1"})  # a slot left empty
-    with pytest.raises(ValueError, match="extra"):
-        splice("SELECT 1", {"extra": "SELECT 2"})  # a part with no slot
-    # a part is inserted as is: a slot inside it is not expanded again
-    assert splice("SELECT * FROM ({s})", {"s": "SELECT '{s}'"}) == "SELECT * FROM (SELECT '{s}'\n)"
-
-
 def test_compose_splices_only_report_query_files():
     from controller.report.data import GROUPS, SOURCE_RAW, SOURCE_ROLLUP, compose, source_for
 

@@ -3,7 +3,6 @@ kill switch, and `dyncc control rollout status`.  Agents are simulated by ApplyS
 
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
 
@@ -11,13 +10,23 @@ import numpy as np
 import pytest
 
 from controller.rollout import records as rs
-from controller.rollout.cli import rollout_status, run
+from controller.rollout.cli import rollout_status
 from controller.rollout.generate import fingerprint
-from controller.rollout.publish import publish_round
+from controller.rollout.publish import Publisher
+from controller.rollout.settings import RolloutConfig
 from controller.store import Store
 from schemas.congestion_pb2 import ApplyStatus, CongestionConfig, PrefixEntry
 from schemas.signing import load_public_key, verify
-from tests.support.rollout_util import control_parser, desired, make_keys, produce, read_configs, status
+from tests.support.rollout_util import (
+    desired,
+    make_keys,
+    produce,
+    publish_round,
+    publisher,
+    read_configs,
+    run_control,
+    status,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -42,7 +51,8 @@ class Env:
             "--key",
             str(self.private),
         ]
-        self.args = control_parser().parse_args(
+        self.publisher = publisher(
+            self.store,
             [
                 *self.base,
                 "--canary-hosts",
@@ -61,11 +71,11 @@ class Env:
                 "8",
                 "--max-p10-regression",
                 "0.2",
-            ]
+            ],
         )
 
     def round(self, prefixes: list[str], pop: str = "lax") -> None:
-        publish_round(self.store, [desired(pop, prefixes)], self.args)
+        publish_round(self.publisher, [desired(pop, prefixes)])
 
     def configs(self) -> list[tuple[str, CongestionConfig]]:
         got = read_configs(self.brokers, self.cfg_topic)
@@ -80,7 +90,7 @@ class Env:
         return rs.load_state(self.store, pop)
 
     def control(self, *argv: str) -> int | None:
-        return run(control_parser().parse_args(list(argv)))
+        return run_control(list(argv))
 
 
 @pytest.fixture
@@ -224,8 +234,8 @@ def test_canary_p10_regression_is_rolled_back(env: Env) -> None:
 
 def test_controller_restart_keeps_rollout_state(env: Env) -> None:
     _start_canary(env)
-    # a "restarted" controller: fresh args namespace, same store and topics
-    env.args = control_parser().parse_args([*env.base, "--soak", "0s", "--canary-hosts", "lax:edge-1"])
+    # a "restarted" controller: a fresh publisher, same store and topics
+    env.publisher = publisher(env.store, [*env.base, "--soak", "0s", "--canary-hosts", "lax:edge-1"])
     env.report(status("edge-1", 2, 2))
     env.round(D2)
     state = env.state()
@@ -262,8 +272,8 @@ def test_kill_switch_to_publish_dir(store: Store, store_url: str, tmp_path: Path
     private, _ = make_keys(tmp_path)
     out = tmp_path / "cfg"
     args = ["--publish-dir", str(out), "--key", str(private)]
-    publish_round(store, [desired("lax", D1)], control_parser().parse_args(args))
-    assert run(control_parser().parse_args([*args, "kill-switch", "--all", "--clickhouse", store_url])) == 0
+    publish_round(publisher(store, args), [desired("lax", D1)])
+    assert run_control([*args, "kill-switch", "--all", "--clickhouse", store_url]) == 0
     config = CongestionConfig.FromString((out / "lax.cfg").read_bytes())
     assert config.kill_switch and config.version == 2 and not config.entries and config.signature
 
@@ -279,9 +289,9 @@ def test_rollout_status_action_prints_hosts(env: Env, capsys: pytest.CaptureFixt
     assert "POP lax" in capsys.readouterr().out
 
 
-def test_bare_namespace_uses_defaults(store: Store, tmp_path: Path) -> None:
-    """The lab calls publish_round with a Namespace holding only a few attributes."""
+def test_settings_built_directly_take_the_defaults(store: Store, tmp_path: Path) -> None:
+    """The lab builds a RolloutConfig directly, naming only a few settings."""
     private, _ = make_keys(tmp_path)
-    args = argparse.Namespace(publish_dir=tmp_path / "cfg", kafka=None, config_topic="", private_key=private)
-    publish_round(store, [desired("lax", D1)], args)
+    cfg = RolloutConfig(publish_dir=tmp_path / "cfg", private_key=private)
+    publish_round(Publisher(store, cfg), [desired("lax", D1)])
     assert CongestionConfig.FromString((tmp_path / "cfg" / "lax.cfg").read_bytes()).version == 1

@@ -10,15 +10,23 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from controller.rollout.cli import run
 from controller.rollout.generate import build_config
-from controller.rollout.publish import publish_round
+from controller.rollout.publish import Publisher
 from controller.rollout.signing import Signer, key_id
 from controller.rollout.sinks import DirConfigSink, KafkaConfigSink, PublishError
 from controller.store import Store
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 from schemas.signing import SignatureError, load_public_key, verify
-from tests.support.rollout_util import control_parser, desired, make_keys, read_configs, read_topic
+from tests.support.rollout_util import (
+    desired,
+    make_keys,
+    publish_round,
+    publisher,
+    read_configs,
+    read_topic,
+    rollout_config,
+    run_control,
+)
 
 
 def _config(version: int = 3, pop: str = "lax") -> CongestionConfig:
@@ -26,8 +34,8 @@ def _config(version: int = 3, pop: str = "lax") -> CongestionConfig:
 
 
 def test_keygen_action_writes_pair_and_refuses_overwrite(tmp_path: Path) -> None:
-    args = control_parser().parse_args(["keygen", "--out-dir", str(tmp_path / "k")])
-    assert run(args) == 0
+    args = ["keygen", "--out-dir", str(tmp_path / "k")]
+    assert run_control(args) == 0
     private, public = tmp_path / "k" / "dyncc-config.key", tmp_path / "k" / "dyncc-config.pub"
     assert stat.S_IMODE(os.stat(private).st_mode) == 0o600
     signer = Signer.from_file(private)
@@ -35,8 +43,8 @@ def test_keygen_action_writes_pair_and_refuses_overwrite(tmp_path: Path) -> None
     from dyncc_common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="refusing to overwrite"):
-        run(args)
-    assert run(control_parser().parse_args(["keygen", "--out-dir", str(tmp_path / "k"), "--force"])) == 0
+        run_control(args)
+    assert run_control(["keygen", "--out-dir", str(tmp_path / "k"), "--force"]) == 0
     assert Signer.from_file(private).key_id != signer.key_id
 
 
@@ -134,8 +142,8 @@ def test_rejected_config_is_recorded_and_never_published(
         "--deny",
         "203.0.113.0/24",
     ]
-    args = control_parser().parse_args(base)
-    publish_round(store, [desired("lax", ["192.0.2.0/24", "198.51.100.0/24"])], args)
+    pub = publisher(store, base)
+    publish_round(pub, [desired("lax", ["192.0.2.0/24", "198.51.100.0/24"])])
     published = read_configs(kafka_brokers, kafka_topic)
     assert [(k, c.version, len(c.entries), list(c.target_hosts)) for k, c in published] == [("lax", 1, 2, [])]
     verify(published[0][1], load_public_key(public))
@@ -143,7 +151,7 @@ def test_rejected_config_is_recorded_and_never_published(
     bad = desired(
         "lax", ["192.0.2.0/24", "198.51.100.0/24", "198.51.100.0/24", "203.0.113.0/24", "192.0.2.1/32", "10.1.0.0/16"]
     )
-    publish_round(store, [bad], args)
+    publish_round(pub, [bad])
     assert len(read_topic(kafka_brokers, kafka_topic)) == 1  # nothing new on the topic
     rows = _rows(store, "lax")
     assert [(int(r[0]), r[1], r[2]) for r in rows] == [(1, "published", "full"), (2, "rejected", "candidate")]
@@ -155,28 +163,27 @@ def test_rejected_config_is_recorded_and_never_published(
     assert int(rows[1][3]) == 6
 
     # the rejected version number is not consumed: the next good config is v2
-    publish_round(store, [desired("lax", ["192.0.2.0/24"])], args)
+    publish_round(pub, [desired("lax", ["192.0.2.0/24"])])
     assert [c.version for _, c in read_configs(kafka_brokers, kafka_topic)] == [1, 2]
 
 
 def test_rejected_config_never_written_to_publish_dir(store: Store, tmp_path: Path) -> None:
     private, _ = make_keys(tmp_path)
     out = tmp_path / "cfg"
-    args = control_parser().parse_args(["--publish-dir", str(out), "--key", str(private), "--max-per-pop", "2"])
+    pub = publisher(store, ["--publish-dir", str(out), "--key", str(private), "--max-per-pop", "2"])
     publish_round(
-        store,
+        pub,
         [
             desired("lax", ["192.0.2.0/24", "198.51.100.0/24"]),
             desired("fra", ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24"]),
         ],
-        args,
     )
     assert sorted(p.name for p in out.iterdir()) == ["lax.cfg"]
     assert CongestionConfig.FromString((out / "lax.cfg").read_bytes()).version == 1
     assert [(int(r[0]), r[1]) for r in _rows(store, "fra")] == [(1, "rejected")]
     assert "over_cap" in next(iter(_rows(store, "fra")[0][4]))
     before = (out / "lax.cfg").read_bytes()
-    publish_round(store, [desired("lax", ["192.0.2.0/24", "198.51.100.0/24", "2001:db8::/56"])], args)
+    publish_round(pub, [desired("lax", ["192.0.2.0/24", "198.51.100.0/24", "2001:db8::/56"])])
     assert (out / "lax.cfg").read_bytes() == before
     assert _rows(store, "lax")[-1][1] == "rejected"
 
@@ -185,10 +192,8 @@ def test_publish_needs_key_and_destination(store: Store, tmp_path: Path) -> None
     from dyncc_common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--key PRIVATE_PEM is required"):
-        publish_round(
-            store, [desired("lax", ["192.0.2.0/24"])], control_parser().parse_args(["--publish-dir", str(tmp_path)])
-        )
+        Publisher(store, rollout_config(["--publish-dir", str(tmp_path)]))
     private, _ = make_keys(tmp_path)
     with pytest.raises(ConfigError, match="nowhere to publish"):
-        publish_round(store, [desired("lax", ["192.0.2.0/24"])], control_parser().parse_args(["--key", str(private)]))
+        Publisher(store, rollout_config(["--key", str(private)]))
     assert store.query_rows("SELECT count() FROM config_versions")[0][0] == 0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import datetime as dt
+import re
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +59,83 @@ def test_render_requires_every_parameter() -> None:
         sql_params.render("SELECT %(a)s, %(b)s", {"a": 5})
     with pytest.raises(KeyError):
         sql_params.render("SELECT %(a)s", None)
+
+
+# ---- the one template module: {{slot}} splicing, values lists, Grafana's $__timeFilter
+
+REPO = Path(__file__).resolve().parents[3]
+SQL_START = re.compile(r"^\s*(SELECT|INSERT|ALTER|CREATE|EXISTS|DROP|TRUNCATE|OPTIMIZE)\b")
+PRODUCT_PACKAGES = ("controller", "collector", "schemas", "dyncc_common")
+
+
+def test_splice_inserts_parts_without_comments_and_checks_slots() -> None:
+    sql = "-- uses {{source}} here\nSELECT a FROM ({{source}}) AS s\nJOIN ({{ groups }}) USING (a)"
+    out = sql_template.splice(sql, {"source": "-- the source\nSELECT a FROM t -- why\n", "groups": "SELECT a FROM g"})
+    assert out == "SELECT a FROM (SELECT a FROM t -- why\n) AS s\nJOIN (SELECT a FROM g\n) USING (a)"
+    assert "uses" not in out and "the source" not in out
+    with pytest.raises(ValueError, match="groups"):
+        sql_template.splice(sql, {"source": "SELECT 1"})  # a slot left empty
+    with pytest.raises(ValueError, match="extra"):
+        sql_template.splice("SELECT 1", {"extra": "SELECT 2"})  # a part with no slot
+    # a part is inserted as is: a slot inside it is not expanded again
+    assert sql_template.splice("SELECT * FROM ({{s}})", {"s": "SELECT '{{s}}'"}) == "SELECT * FROM (SELECT '{{s}}'\n)"
+
+
+def test_splice_leaves_markers_data_and_parameters_alone() -> None:
+    sql = "SELECT {{ipv6(FixedString(16))}}, %(pop)s FROM {{data}} WHERE x IN ({{keys}})"
+    assert sql_template.slots(sql) == {"keys"}
+    out = sql_template.splice(sql, {"keys": sql_template.values_list([("a", 1), ("b", 2)])})
+    assert out == "SELECT {{ipv6(FixedString(16))}}, %(pop)s FROM {{data}} WHERE x IN (('a', 1), ('b', 2)\n)"
+    with pytest.raises(ValueError):
+        sql_template.values_list([])
+
+
+def test_render_time_filter_is_grafanas_macro() -> None:
+    sql = "SELECT 1 FROM t WHERE $__timeFilter( time ) AND $__timeFilter(ts)"
+    assert sql_template.render_time_filter(sql, 10, 20) == (
+        "SELECT 1 FROM t WHERE time >= toDateTime(10) AND time <= toDateTime(20)"
+        " AND ts >= toDateTime(10) AND ts <= toDateTime(20)"
+    )
+
+
+def test_query_files_use_only_the_one_slot_syntax() -> None:
+    """No `{x}` or /*MARKER*/ splices left: every slot of a query file is {{x}}."""
+    old_slot = re.compile(r"(?<!\{)\{\w+\}(?!\})")
+    for path in sorted((REPO / "sql").rglob("*.sql")):
+        code = sql_template.strip_comments(path.read_text())
+        assert not old_slot.search(code), path.name
+        assert "/*" not in code, path.name
+        assert "{{" not in code or path.parent.name in ("queries", "migrations"), path.name
+
+
+def sql_literals(source: str) -> list[tuple[int, str]]:
+    """(line, text) of string literals (and f-string heads) that start with an SQL keyword."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.JoinedStr):
+            head = node.values[0] if node.values else None
+            text = head.value if isinstance(head, ast.Constant) and isinstance(head.value, str) else ""
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            continue
+        if SQL_START.match(text):
+            found.append((node.lineno, text.strip().splitlines()[0][:60]))
+    return sorted(set(found))
+
+
+def test_the_sql_finder_finds_sql() -> None:
+    source = 'a = "SELECT 1"\nb = f"  INSERT INTO {t} VALUES"\nc = "select is a word"\nd = "EXISTS TABLE x"\n'
+    assert [line for line, _ in sql_literals(source)] == [1, 2, 4]
+
+
+def test_no_sql_strings_outside_the_store() -> None:
+    """SQL lives in sql/ files loaded by controller/store; only the store builds statements."""
+    offenders = []
+    for package in PRODUCT_PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel.startswith("controller/store/") or path.name.endswith("_pb2.py"):
+                continue
+            offenders += [f"{rel}:{line}: {text}" for line, text in sql_literals(path.read_text())]
+    assert not offenders, "\n".join(offenders)

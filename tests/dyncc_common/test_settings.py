@@ -38,7 +38,7 @@ def _whole(seconds: float, what: str) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Publishing(Settings):
-    private_key: Path | None = setting(  # noqa: RUF009 (until pyproject lists setting as an immutable call)
+    private_key: Path | None = setting(
         None,
         S.PATH,
         "private key that signs configs",
@@ -74,7 +74,7 @@ class DemoSettings(Settings):
     verbose: bool = setting(False, S.BOOL, "debug logging", short="-v")
     even: int = setting(2, S.INT, "an even number", validator=_even)
     kafka: Mapping[str, Any] = setting({}, S.TABLE, "extra librdkafka settings", flag="")
-    publishing: Publishing = part(Publishing)  # noqa: RUF009
+    publishing: Publishing = part(Publishing)
 
     def __post_init__(self) -> None:
         if self.jitter is None:

@@ -1,0 +1,97 @@
+"""`dyncc agent` settings: the AgentSettings table (defaults < TOML file (--config) < flags).
+
+dyncc_common.settings builds the flags, the `[agent]` TOML loading and docs/settings.md
+from the rows below.  Values are checked when the settings are built (ConfigError, one
+line); `check_host()` looks at the machine (the state directory, the namespace).  Pure
+but for the host name default; no heavy imports (the agent's modules import this).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import ClassVar
+
+from dyncc_common.errors import ConfigError
+from dyncc_common.names import check_brokers, check_pop, check_topic
+from dyncc_common.settings import BOOL, DURATION, INT, PATH, STR, Settings, in_range, setting
+
+__all__ = ["RESERVED_PROTOS", "AgentSettings"]
+
+RESERVED_PROTOS = {0: "unspec", 1: "redirect", 2: "kernel", 3: "boot", 4: "static"}
+SOURCE = "config source (one of)"
+
+
+def _route_proto(value: int, what: str) -> int:
+    if not 1 <= value <= 255 or value in RESERVED_PROTOS:
+        raise ConfigError(f"{what} {value}: use a dedicated protocol number in 5..255 (default 250)")
+    return value
+
+
+def _positive(value: float, what: str) -> float:
+    if value <= 0:
+        raise ConfigError(f"{what} must be positive")
+    return value
+
+
+def _not_blank(value: str, what: str) -> str:
+    if not value.strip():
+        raise ConfigError(f"{what} must not be empty")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentSettings(Settings):
+    """Apply signed per-prefix congestion configs as routes on an edge host."""
+
+    COMPONENT: ClassVar[str] = "agent"
+
+    kafka: str | None = setting(
+        None, STR, "Kafka bootstrap servers, e.g. kafka1:9092", section=SOURCE, metavar="BROKERS",
+        validator=check_brokers,
+    )  # fmt: skip
+    from_file: Path | None = setting(
+        None, PATH, "apply one signed CongestionConfig file (binary or JSON) and exit (needs --once)",
+        section=SOURCE, metavar="CONFIG",
+    )  # fmt: skip
+    once: bool = setting(False, BOOL, "with --from-file: apply once and exit")
+    pop: str = setting(None, STR, "the POP this host belongs to (config key)", required=True, validator=check_pop)
+    public_key: Path = setting(None, PATH, "Ed25519 public key of the controller (PEM)", required=True, metavar="PEM")
+    netns: str | None = setting(None, STR, "network namespace to manage", default_text="this one")
+    host: str = setting(None, STR, "host name in statuses", default_text="hostname", validator=_not_blank)
+    config_topic: str = setting("dyncc-configs", STR, "compacted config topic (key = POP)")
+    status_topic: str = setting("dyncc-apply-status", STR, "ApplyStatus topic (key = host)")
+    reconcile_every: float = setting("60s", DURATION, "periodic reconcile interval", validator=_positive)
+    proto: int = setting(250, INT, "routing protocol number tagging owned routes", validator=_route_proto)
+    state_dir: Path | None = setting(None, PATH, "applied version and config", default_text="/var/lib/dyncc/agent-POP")
+    metrics_port: int = setting(0, INT, "Prometheus port (0 = off)", validator=in_range(0, 65535))
+    verbose: bool = setting(False, BOOL, "debug logging", short="-v")
+    config: str | None = setting(
+        None, STR, "TOML file with the same keys as the long options; command-line flags override it",
+        metavar="FILE", cli_only=True,
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        """Cross-field checks (the topics matter with --kafka only) and the host name default."""
+        if bool(self.kafka) == bool(self.from_file):
+            raise ConfigError("give exactly one of --kafka BROKERS or --from-file CONFIG")
+        if self.from_file and not self.once:
+            raise ConfigError("--from-file applies one config: add --once")
+        if self.once and not self.from_file:
+            raise ConfigError("--once is only for --from-file")
+        if self.kafka:
+            check_topic(self.config_topic, "--config-topic")
+            check_topic(self.status_topic, "--status-topic")
+        if self.host is None:
+            import socket
+
+            object.__setattr__(self, "host", socket.gethostname())
+
+    def check_host(self) -> None:
+        """The machine: --state-dir is a directory if it exists, --netns exists (ConfigError)."""
+        import os
+
+        if self.state_dir is not None and self.state_dir.exists() and not self.state_dir.is_dir():
+            raise ConfigError(f"bad --state-dir {self.state_dir}: not a directory")
+        if self.netns and not os.path.exists(f"/run/netns/{self.netns}"):
+            raise ConfigError(f"network namespace {self.netns!r} does not exist")

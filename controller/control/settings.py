@@ -1,0 +1,135 @@
+"""Settings of `dyncc control`: ControlSettings (a round: the store, the schedule, the scoring
+definitions and decisions, publishing, validation and staged rollout) and ExplainSettings.
+
+ControlSettings nests ScoringConfig (controller/scoring/settings.py) and RolloutConfig
+(controller/rollout/settings.py) as parts: their rows are flags and TOML keys of
+`dyncc control`.  Building one checks everything that needs no I/O, including the scoring
+caps that validation would refuse every round (`cap_conflicts`): ConfigError, one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import ClassVar
+
+from controller.rollout.settings import RolloutConfig
+from controller.rollout.validate import ValidationPolicy
+from controller.scoring.settings import DECISIONS, ScoringConfig
+from dyncc_common.errors import ConfigError
+from dyncc_common.settings import BOOL, DURATION, INT, STR, Settings, in_range, part, setting
+
+__all__ = ["STORE_URL_HELP", "ControlSettings", "ExplainSettings", "cap_conflicts", "parse_at"]
+
+STORE_URL_HELP = "store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir"
+
+
+def parse_at(text: str, what: str = "--at") -> dt.datetime:
+    """An ISO 8601 time, UTC unless it has an offset (ConfigError naming `what`)."""
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"bad {what} {text!r}: use ISO 8601, e.g. 2024-03-01T12:00:30Z") from None
+    return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+
+
+def _iso_time(value: str, what: str) -> str:
+    parse_at(value, what)
+    return value
+
+
+def _pop(value: str, what: str) -> str:
+    from dyncc_common.names import check_pop
+
+    return check_pop(value, what)
+
+
+def _optional_pop(value: str, what: str) -> str:
+    return _pop(value, what) if value else value
+
+
+def _seconds(value: float) -> int:
+    return int(value)
+
+
+def cap_conflicts(policy: ValidationPolicy, scoring: ScoringConfig) -> list[str]:
+    """Scoring settings that validation would refuse every time (empty = consistent).  Pure.
+
+    From an empty POP a round may change at most policy.change_limit(0) prefixes, so more
+    new selections per round than that would get the POP's first config rejected forever.
+    """
+    problems = []
+    limit = policy.change_limit(0)
+    if scoring.max_new_per_round > limit:
+        problems.append(
+            f"--max-new {scoring.max_new_per_round} is above the change limit {limit} "
+            f"(--max-change-fraction {policy.max_change_fraction:g} x --change-floor {policy.change_floor})"
+        )
+    if scoring.max_per_pop > policy.max_per_pop:
+        problems.append(
+            f"--max-bbr-per-pop {scoring.max_per_pop} is above the validation cap --max-per-pop {policy.max_per_pop}"
+        )
+    if scoring.algorithm not in policy.allowed_algorithms:
+        allowed = ",".join(sorted(policy.allowed_algorithms))
+        problems.append(f"--algorithm {scoring.algorithm!r} is not in --allowed-algorithms {allowed}")
+    return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class ControlSettings(Settings):
+    """Score prefixes every round, decide which move to BBR, publish the configs."""
+
+    COMPONENT: ClassVar[str] = "control"
+
+    clickhouse: str | None = setting(None, STR, STORE_URL_HELP, metavar="URL")  # needed by a round, not keygen
+    at: str | None = setting(
+        None, STR, "score as of this UTC time (ISO 8601) instead of now (--once / explain)", metavar="TIME",
+        validator=_iso_time,
+    )  # fmt: skip
+    every: float | None = setting(None, DURATION, "round interval", default_text="the bucket, 5m")
+    delay: float | None = setting(
+        None, DURATION, "start rounds this long after a boundary", default_text="30s, at most a tenth of the bucket"
+    )
+    once: bool = setting(
+        False, BOOL, "run one round now and exit (1 when a POP's config was rejected or not published)"
+    )
+    pop: str = setting("", STR, "only this POP", default_text="every POP", validator=_optional_pop)
+    dry_run: bool = setting(False, BOOL, "decide and print; write and publish nothing")
+    metrics_port: int = setting(0, INT, "Prometheus port (0 = off)", validator=in_range(0, 65535))
+    verbose: bool = setting(False, BOOL, "debug logging", short="-v")
+    scoring: ScoringConfig = part(ScoringConfig)
+    expire_seconds: int = setting(
+        "7d", DURATION, "release prefixes not seen for this long", section=DECISIONS, flag="--expire",
+        convert=_seconds,
+    )  # fmt: skip
+    rollout: RolloutConfig = part(RolloutConfig)
+    config: str | None = setting(
+        None, STR, "TOML file with the same keys as the long options; command-line flags override it",
+        metavar="FILE", cli_only=True,
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        bucket = float(self.scoring.bucket_seconds)
+        every = bucket if self.every is None else self.every
+        delay = min(30.0, bucket / 10) if self.delay is None else self.delay
+        if every <= 0 or delay >= every:
+            raise ConfigError("--every must be positive and longer than --delay")
+        object.__setattr__(self, "every", every)
+        object.__setattr__(self, "delay", delay)
+        conflicts = cap_conflicts(self.rollout.validation_policy(), self.scoring)
+        if conflicts:
+            raise ConfigError("; ".join(conflicts))
+
+    def round_time(self) -> dt.datetime:
+        """--at, else now (UTC)."""
+        return parse_at(self.at) if self.at else dt.datetime.now(dt.UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExplainSettings(Settings):
+    """`dyncc control explain`: why a prefix got its decision (plus --clickhouse and --at of control)."""
+
+    COMPONENT: ClassVar[str] = "control explain"
+
+    pop: str = setting(None, STR, "the POP", required=True, cli_only=True, validator=_pop)
+    prefix: str = setting(None, STR, "the client prefix", required=True, cli_only=True)

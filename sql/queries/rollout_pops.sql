@@ -1,0 +1,2 @@
+-- The POPs that have rollout waves.
+SELECT DISTINCT pop FROM rollout_waves

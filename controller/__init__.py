@@ -2,7 +2,6 @@
 
 __all__ = [
     "cli",
-    "cli_config",
     "control",
     "ingest",
     "lab",

@@ -7,9 +7,10 @@ collect` never loads chDB or pandas), and exposes either
         SETTINGS.from_sources(flags, --config file) builds the checked settings
         (defaults < TOML file < flags); an optional configure(parser) adds more
         structure (sub-parsers) next to the table's flags;
-or, without SETTINGS,
-    configure(parser) -> None and run(args: argparse.Namespace) -> int
-    (with `--config FILE.toml` from controller/cli_config.py when it has none).
+or, without SETTINGS (`dyncc control`, whose action decides which tables apply),
+    configure(parser) -> None, building its flags (and --config) from settings
+    tables, and run(args) -> int, which turns the parsed flags into those
+    settings objects with from_sources() before anything else.
 Every bad command line ends with one line on stderr and exit 2: ConfigError and
 StoreError from a command, and argparse's own errors (OneLineParser prints the
 reason without the usage block).
@@ -61,22 +62,13 @@ def _top_parser() -> argparse.ArgumentParser:
 
 
 def build_parser(name: str, module: ModuleType) -> argparse.ArgumentParser:
-    """The parser of `dyncc NAME` (its module imported): the SETTINGS table's flags, then configure().
-
-    A module without SETTINGS and without a --config of its own gets the generic TOML --config
-    (controller/cli_config.py; the parser is marked `generic_config`)."""
+    """The parser of `dyncc NAME` (its module imported): the SETTINGS table's flags, then configure()."""
     parser = OneLineParser(prog=f"dyncc {name}", description=SUBCOMMANDS[name][1])
     settings_cls = getattr(module, "SETTINGS", None)
     if settings_cls is not None:
         settings_cls.add_arguments(parser)
     if hasattr(module, "configure"):
         module.configure(parser)
-    if settings_cls is None and not any("--config" in action.option_strings for action in parser._actions):
-        # (imported here: tomllib and pathlib are ~13 ms of every `dyncc collect --once` start)
-        from controller.cli_config import add_config_option
-
-        add_config_option(parser)
-        parser.generic_config = True  # type: ignore[attr-defined]
     return parser
 
 
@@ -108,10 +100,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             flags = vars(parser.parse_args(args[1:]))
             settings = settings_cls.from_sources(flags, flags.get("config"))
             return int(module.run(settings) or 0)
-        if getattr(parser, "generic_config", False):
-            from controller.cli_config import apply_config_file
-
-            apply_config_file(parser, args[1:], name)
         parsed = parser.parse_args(args[1:])
         return int(module.run(parsed) or 0)
     except (ConfigError, StoreError) as exc:

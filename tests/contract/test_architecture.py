@@ -33,7 +33,7 @@ PACKAGES = ("dyncc_common", "schemas", "collector", "controller")
 IMPORTERS = (*PACKAGES, "tests", "bench")
 # Entry points: the only modules allowed directly in `collector/` or `controller/` (the `dyncc`
 # entry point and its `--config FILE.toml` helper).
-ENTRY_POINTS = {"controller.cli", "controller.cli_config"}
+ENTRY_POINTS = {"controller.cli"}
 # Where a function-level import of a dyncc module is allowed (docs/architecture.md, "Lazy
 # imports"): the subcommand modules (`*.cli`, and `controller.lab.demo`, which is `dyncc demo`:
 # argparse first, the work behind it only when it runs), `dyncc collect`'s start path

@@ -91,7 +91,7 @@ class ChunkWalk:
     interrupted: bool = False
 
 
-def _tiled_datagrams(u32: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
+def tiled_datagrams(u32: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
     """Datagrams that are whole runs of same-length SOCK_DIAG messages (the usual dump datagram).
 
     Returns (tiled mask per datagram, their message offsets, lengths).  A
@@ -138,7 +138,7 @@ def walk_datagrams(buf: Buf, starts: np.ndarray, ends: np.ndarray, errors: Error
     found_off: list[np.ndarray] = []
     found_len: list[np.ndarray] = []
     if starts.size:
-        tiled, tiled_off, tiled_len = _tiled_datagrams(u32, starts, ends)
+        tiled, tiled_off, tiled_len = tiled_datagrams(u32, starts, ends)
         if tiled.any():
             found_off.append(tiled_off)
             found_len.append(tiled_len)
@@ -267,7 +267,7 @@ def _attr_layout(u32: np.ndarray, off: int, length: int) -> list[tuple[int, int]
     return layout
 
 
-def _apply_layouts(
+def apply_layouts(
     u32: np.ndarray,
     offs: np.ndarray,
     lens: np.ndarray,
@@ -370,7 +370,7 @@ def parse_messages(
         for t in (INET_DIAG_INFO, INET_DIAG_CONG, INET_DIAG_BBRINFO, INET_DIAG_SKMEMINFO)
     }
     flen = {t: np.zeros(rows, dtype=np.int64) for t in found}
-    todo = _apply_layouts(u32, offs, lens, found, flen)
+    todo = apply_layouts(u32, offs, lens, found, flen)
     cur = offs + DIAG_MSG_LEN
     end = offs + lens
     active = todo[cur[todo] + 4 <= end[todo]]

@@ -34,7 +34,7 @@ DUMP_SETTINGS = ("state", "netns", "all_netns")
 _early: Prefetch | None = None  # forked by start_early_prefetch, taken by start_prefetch
 
 
-def _dump_plan(raw: dict[str, Any]) -> tuple[list[str], int] | None:
+def dump_plan(raw: dict[str, Any]) -> tuple[list[str], int] | None:
     """(namespaces, state mask) the settings dump, or None if they cannot be prefetched."""
     try:
         states = parse_states(raw["state"])
@@ -64,7 +64,7 @@ def start_early_prefetch(argv: list[str]) -> None:
     except SystemExit:  # argparse's error exit: the full parser reports it
         return
     defaults = CollectSettings.defaults()
-    plan = _dump_plan({key: given.get(key, defaults[key]) for key in DUMP_SETTINGS})
+    plan = dump_plan({key: given.get(key, defaults[key]) for key in DUMP_SETTINGS})
     if plan is not None:
         _early = Prefetch.start(*plan)
 
@@ -81,7 +81,7 @@ def start_prefetch(raw: dict[str, Any]) -> Prefetch | None:
     """The dump helper for these raw settings (defaults < TOML < flags), or None."""
     global _early
     early, _early = _early, None
-    plan = _dump_plan(raw)
+    plan = dump_plan(raw)
     if early is not None:
         if plan is not None and early.plan() == plan:
             return early

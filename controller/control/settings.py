@@ -17,6 +17,7 @@ from controller.rollout.settings import RolloutConfig
 from controller.rollout.validate import ValidationPolicy
 from controller.scoring.settings import DECISIONS, ScoringConfig
 from dyncc_common.errors import ConfigError
+from dyncc_common.names import check_pop
 from dyncc_common.settings import BOOL, DURATION, INT, STR, Settings, in_range, part, setting
 
 __all__ = ["STORE_URL_HELP", "ControlSettings", "ExplainSettings", "cap_conflicts", "parse_at"]
@@ -39,8 +40,6 @@ def _iso_time(value: str, what: str) -> str:
 
 
 def _pop(value: str, what: str) -> str:
-    from dyncc_common.names import check_pop
-
     return check_pop(value, what)
 
 

@@ -85,7 +85,7 @@ class IngestSettings(Settings):
 
     def kafka_config(self) -> KafkaConfig:
         """The Kafka loader's configuration (needs --kafka)."""
-        from controller.ingest.kafka import KafkaConfig
+        from controller.ingest.kafka import KafkaConfig  # lazy: ingest.kafka imports this module (cycle)
 
         if not self.kafka:
             raise ConfigError("--kafka BROKERS is needed to read from Kafka")

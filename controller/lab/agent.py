@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from collector.agent.core import Agent, AgentMetrics
+from collector.agent.kafka import ConfigConsumer, StatusProducer
 from collector.agent.routes import RouteTable
 from collector.agent.state import AgentState
+from controller.rollout.statuses import insert_status_rows, status_row
 from controller.store import Store
 from schemas.congestion_pb2 import ApplyStatus, CongestionConfig
 from schemas.signing import load_public_key
@@ -54,8 +56,6 @@ class LabAgent:
         self._consumer: Any = None
         self._producer: Any = None
         if kafka:
-            from collector.agent.kafka import ConfigConsumer, StatusProducer
-
             self._consumer = ConfigConsumer(kafka, config_topic, pop, host)
             self._producer = StatusProducer(kafka, status_topic)
         self.report(self.agent.reconcile("start"))
@@ -65,8 +65,6 @@ class LabAgent:
             self._producer.send(status)
             self._producer.flush(5)
             return
-        from controller.rollout.statuses import insert_status_rows, status_row
-
         row = status_row(status, received_ns=time.time_ns())
         if row is not None:
             insert_status_rows(self.store, [row])

@@ -18,18 +18,20 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from controller.lab.agent import LabAgent
 from controller.lab.loop import ControlOutcome, LabOptions, PrefixScore, threshold_for
 from controller.lab.topology import Topology
+from controller.rollout.publish import Publisher
+from controller.rollout.settings import RolloutConfig
+from controller.rollout.signing import keygen
+from controller.rollout.validate import refusal
+from controller.scoring.round import run_round
 from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringConfig
-from controller.store import Store
+from controller.scoring.state import write_outcomes
+from controller.store import Store, StoreError
 from dyncc_common.errors import DynccError
-
-if TYPE_CHECKING:
-    from controller.rollout.publish import Publisher
-    from controller.rollout.settings import RolloutConfig
+from schemas.congestion_pb2 import CongestionConfig
 
 log = logging.getLogger("dyncc.lab")
 
@@ -76,8 +78,6 @@ class LabControl:
         config_topic: str = "",
         status_topic: str = "",
     ) -> None:
-        from controller.rollout.signing import keygen
-
         self.store = store
         self.pop = pop
         self.scoring = scoring
@@ -116,10 +116,6 @@ class LabControl:
 
     def _score_and_publish(self, round_time: dt.datetime) -> dict[str, PrefixScore]:
         """The scoring component's round (scores, decisions, DesiredState), then the publisher."""
-        from controller.scoring.round import run_round
-        from controller.scoring.state import write_outcomes
-        from controller.store import StoreError
-
         publisher = self.publisher()
         try:
             res = run_round(
@@ -147,9 +143,6 @@ class LabControl:
     def publisher(self) -> Publisher:
         """The lab's Publisher (made once), on the round's clock."""
         if self._publisher is None:
-            from controller.rollout.publish import Publisher
-            from controller.rollout.validate import refusal
-
             cfg = self.rollout_config()
             self._publisher = Publisher(self.store, cfg, clock=lambda: self._round_ns)
             self._refuse = refusal(cfg.validation_policy())
@@ -157,8 +150,6 @@ class LabControl:
 
     def rollout_config(self) -> RolloutConfig:
         """Publisher settings for the lab: one edge host, so no canary; durations in lab buckets."""
-        from controller.rollout.settings import RolloutConfig
-
         b = self.scoring.bucket_seconds
 
         def scaled(real_seconds: int) -> float:
@@ -185,8 +176,6 @@ class LabControl:
         )
 
     def _published_entries(self) -> dict[str, str]:
-        from schemas.congestion_pb2 import CongestionConfig
-
         path = self.publish_dir / f"{self.pop}.cfg"
         if not path.exists():
             return {}

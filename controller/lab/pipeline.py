@@ -18,9 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from collector.telemetry.filters import DEFAULT_EXCLUDES, FilterSpec, parse_networks
+from collector.telemetry.metrics import CollectMetrics
 from collector.telemetry.poller import Poller, PollerConfig
+from collector.telemetry.sinks import KafkaSink
+from controller.ingest.kafka import KafkaConfig, KafkaLoader
 from controller.ingest.writer import BatchWriter
 from controller.lab.telemetry import NewSockets, Recorder
+from controller.rollout.sinks import ensure_topic
 from controller.store import Store, StoreError
 from controller.store.sql import query
 from dyncc_common.runtime import StopFlag
@@ -74,11 +78,6 @@ class TelemetryPipeline:
             self._start_kafka(kafka, topic)
 
     def _start_kafka(self, brokers: str, topic: str) -> None:
-        from collector.telemetry.metrics import CollectMetrics
-        from collector.telemetry.sinks import KafkaSink
-        from controller.ingest.kafka import KafkaConfig, KafkaLoader
-        from controller.rollout.sinks import ensure_topic
-
         ensure_topic(brokers, topic, compact=False)
         self._sink = KafkaSink(brokers, topic, self.host, CollectMetrics(), linger_ms=5)
         cfg = KafkaConfig(brokers=brokers, topic=topic, group=f"{topic}-ingest", max_wait=0.3)

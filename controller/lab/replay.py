@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.ingest.writer import BatchWriter
 from controller.lab.telemetry import NewSockets, batch_times, shift_batch
 
 log = logging.getLogger("dyncc.demo")
@@ -93,8 +94,6 @@ def replay(
     store: Any, records: Sequence[bytes], meta: dict[str, Any], control: Any, now: dt.datetime | None = None
 ) -> ReplayResult:
     """Load the recording bucket by bucket, running a control round at each bucket's end."""
-    from controller.ingest.writer import BatchWriter
-
     now_s = int((now or dt.datetime.now(dt.UTC)).timestamp())
     dilated, d = dilate(records, int(meta["round_seconds"]), now_s)
     writer = BatchWriter(store, source="demo-replay")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from controller.lab.control import make_control_factory
 from controller.lab.loop import Lab, LabOptions, LabResult
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
@@ -122,8 +123,6 @@ def open_lab_store(url: str) -> Store:
 
 def run_lab(opts: LabOptions, url: str, workdir: Path, stop: StopFlag, out: TextIO | None = None) -> LabSummary:
     """Check the options, open the store, run the lab with Ctrl-C/SIGTERM handling, and summarise."""
-    from controller.lab.control import make_control_factory
-
     check_options(opts)
     store = open_lab_store(url)
     log.info("lab store %s", store.url.redacted())

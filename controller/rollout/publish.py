@@ -28,7 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from controller.rollout import records as rs
 from controller.rollout.engine import RolloutEngine, StepCounters
+from controller.rollout.generate import fingerprint, generate
 from controller.rollout.signing import Signer
 from controller.rollout.sinks import ConfigSink, DirConfigSink, KafkaConfigSink, PublishError
 from controller.rollout.state import CANARY, IDLE, REST, RolloutState
@@ -152,8 +154,6 @@ class Publisher:
         does not move); the others go on.  Returns the outcome of each POP of `states`, for the
         caller to record in round_outcomes.
         """
-        from controller.rollout import records as rs
-
         desired = {s.pop: s for s in states}
         try:
             engine = self.engine()
@@ -189,8 +189,6 @@ class Publisher:
 def _outcome(engine: RolloutEngine, desired: DesiredState, state: RolloutState, since_ns: int) -> PublishOutcome:
     """What the step did with the desired state: the config_versions row it wrote for the round
     (published / rejected / publish_failed), else why nothing was generated."""
-    from controller.rollout.generate import fingerprint, generate
-
     rows = engine.store.query_rows(
         query("rollout_round_outcome"),
         {"pop": desired.pop, "round_id": desired.round_id, "since": since_ns},

@@ -19,6 +19,7 @@ from controller.rollout.engine import RolloutSettings
 from controller.rollout.state import GateThresholds
 from controller.rollout.validate import ValidationPolicy, parse_deny
 from dyncc_common.errors import ConfigError
+from dyncc_common.names import check_pop
 from dyncc_common.settings import (
     BOOL,
     DURATION,
@@ -53,8 +54,6 @@ def _algorithms(value: str, what: str) -> str:
 
 
 def _pop(value: str, what: str) -> str:
-    from dyncc_common.names import check_pop
-
     return check_pop(value, what)
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from controller.store import sql as sql_params
 from controller.store.base import DATA, Column, DataTable, Store, data_columns, one_line, row_count
-from controller.store.clickhouse import _as_fixed_bytes
+from controller.store.clickhouse import as_fixed_bytes
 from controller.store.sql import Version, parse_version
 from controller.store.url import StoreURL, check_identifier
 from dyncc_common.errors import StoreError, classify, error_code
@@ -131,7 +131,7 @@ class ChdbStore(Store):
         for name, col in columns.items():
             check_identifier(name)
             if isinstance(col, np.ndarray) and (col.dtype.kind == "S" or col.ndim == 2):
-                fixed = _as_fixed_bytes(col)
+                fixed = as_fixed_bytes(col)
                 width = fixed.dtype.itemsize
                 buf = pa.py_buffer(np.ascontiguousarray(fixed).tobytes())
                 arrays[name] = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows, [None, buf])

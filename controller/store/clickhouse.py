@@ -41,7 +41,7 @@ def clickhouse_error(exc: BaseException, url: StoreURL) -> StoreError:
     return StoreError(f"ClickHouse client error: {one_line(str(exc)) or type(exc).__name__}")
 
 
-def _as_fixed_bytes(col: np.ndarray) -> np.ndarray:
+def as_fixed_bytes(col: np.ndarray) -> np.ndarray:
     """uint8 (rows, N) -> 'S<N>' view; other arrays unchanged."""
     if col.ndim == 2 and col.dtype == np.uint8:
         return np.ascontiguousarray(col).view(f"S{col.shape[1]}").reshape(-1)
@@ -135,7 +135,7 @@ class ClickHouseStore(Store):
             return 0
         names = ", ".join(check_identifier(c) for c in columns)
         data = [
-            _as_fixed_bytes(col) if isinstance(col, np.ndarray) else np.asarray(col, dtype=object)
+            as_fixed_bytes(col) if isinstance(col, np.ndarray) else np.asarray(col, dtype=object)
             for col in columns.values()
         ]
         self._run(
@@ -155,6 +155,7 @@ class ClickHouseStore(Store):
             return None
         from clickhouse_driver import errors as ch_errors
 
+        # lazy: native imports clickhouse-driver (~130 ms), kept off `import controller.store`
         from controller.store.native import serialize_block
 
         if self._revision is None:
@@ -174,6 +175,7 @@ class ClickHouseStore(Store):
         to the next path for good, with one warning.
         """
         if self._native:
+            # lazy: native imports clickhouse-driver (~130 ms), kept off `import controller.store`
             from controller.store.native import NativeColumns, SchemaMismatch
 
             if block is not None and self._block_ok:
@@ -195,6 +197,7 @@ class ClickHouseStore(Store):
     def _native_insert(self, table: str, data: Any, columns: list[str]) -> None:
         from clickhouse_driver import errors as ch_errors
 
+        # lazy: native imports clickhouse-driver (~130 ms), kept off `import controller.store`
         from controller.store.native import SchemaMismatch
 
         names = ", ".join(check_identifier(c) for c in columns)
@@ -212,6 +215,7 @@ class ClickHouseStore(Store):
         with self._pool_lock:
             if self._idle:
                 return self._idle.pop()
+        # lazy: native imports clickhouse-driver (~130 ms), kept off `import controller.store`
         from controller.store.native import native_client
 
         client = native_client(self.url)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from collector.netlink import attr_bbr_info
 from collector.netlink.attr_bbr_info import BBR_COLUMNS, BBR_INFO_LEN, INET_DIAG_BBRINFO
 from collector.netlink.sockdiag_parse import ErrorCounts
-from tests.collector.netlink.attr_support import attribute_files, expected, key, layout, read_attr, require_xtcp2, row
+from tests.support.netlink_attrs import attribute_files, expected, key, layout, read_attr, require_xtcp2, row
 
 
 def decode(payloads: list[bytes | None]) -> tuple[list[dict[str, int]], ErrorCounts]:

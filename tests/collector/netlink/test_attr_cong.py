@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from collector.netlink import attr_cong
 from collector.netlink.attr_cong import INET_DIAG_CONG, TCA_CC_MAX
 from collector.netlink.sockdiag_parse import ErrorCounts
-from tests.collector.netlink.attr_support import attribute_files, expected, key, layout, read_attr, require_xtcp2
+from tests.support.netlink_attrs import attribute_files, expected, key, layout, read_attr, require_xtcp2
 
 NAME_CHARS = st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789_-")
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from collector.netlink import attr_skmeminfo
 from collector.netlink.attr_skmeminfo import INET_DIAG_SKMEMINFO, SKMEM_COLUMNS, SKMEM_WORDS
-from tests.collector.netlink.attr_support import attribute_files, expected, key, layout, read_attr, require_xtcp2, row
+from tests.support.netlink_attrs import attribute_files, expected, key, layout, read_attr, require_xtcp2, row
 
 #: EXPECTED.json's names (xtcp2's Go struct) for the SK_MEMINFO_* columns, in kernel order.
 XTCP2_NAMES = ("RmemAlloc", "RcvBuf", "WmemAlloc", "SndBuf", "FwdAlloc", "WmemQueued", "Optmem", "Backlog", "Drops")

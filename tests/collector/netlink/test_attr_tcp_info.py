@@ -19,7 +19,7 @@ from collector.netlink.attr_tcp_info import (
     WSCALE_BYTE,
 )
 from collector.netlink.sockdiag_parse import ErrorCounts
-from tests.collector.netlink.attr_support import (
+from tests.support.netlink_attrs import (
     XTCP2,
     attribute_files,
     expected,

@@ -59,14 +59,14 @@ def test_layout_shortcut_matches_the_walk(monkeypatch: pytest.MonkeyPatch) -> No
 def test_layout_shortcut_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     """With one shape of message the lock-step walk gets nothing to do."""
     calls: list[int] = []
-    real = diag_parse._apply_layouts
+    real = diag_parse.apply_layouts
 
     def spy(*args: object) -> np.ndarray:
         left = real(*args)  # type: ignore[arg-type]
         calls.append(int(left.size))
         return left
 
-    monkeypatch.setattr(diag_parse, "_apply_layouts", spy)
+    monkeypatch.setattr(diag_parse, "apply_layouts", spy)
     msgs = [diag_msg(cookie=i, info=tcp_info({"rtt": i})) for i in range(200)]
     parsed, _ = _parse(msgs, 4, monkeypatch)
     assert calls == [0]
@@ -91,14 +91,14 @@ def test_tiled_datagrams_walk_like_the_scalar_walker(monkeypatch: pytest.MonkeyP
         ends.append(len(buf))
     buf += bytes(diag_parse.PAD)
     seen: list[list[bool]] = []
-    real = diag_parse._tiled_datagrams
+    real = diag_parse.tiled_datagrams
 
     def spy(*args: np.ndarray) -> tuple[np.ndarray, ...]:
         out = real(*args)
         seen.append(out[0].tolist())
         return out
 
-    monkeypatch.setattr(diag_parse, "_tiled_datagrams", spy)
+    monkeypatch.setattr(diag_parse, "tiled_datagrams", spy)
     errors = ErrorCounts()
     walk = diag_parse.walk_datagrams(bytes(buf), np.array(starts), np.array(ends), errors)
     assert seen == [[True, True, False, False, False]]

@@ -72,7 +72,7 @@ def test_early_dump_plan_is_the_full_options_plan(argv: list[str], monkeypatch: 
     full = argparse.ArgumentParser()
     collect_config.CollectSettings.add_arguments(full)
     settings = collect_config.CollectSettings.from_sources(vars(full.parse_args(argv)))
-    assert started == [collect_start._dump_plan(settings.dump_plan_settings())]
+    assert started == [collect_start.dump_plan(settings.dump_plan_settings())]
 
 
 def test_no_early_dump_without_once_or_with_a_config_file(monkeypatch: pytest.MonkeyPatch) -> None:

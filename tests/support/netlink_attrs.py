@@ -19,7 +19,7 @@ import pytest
 from collector.netlink.sockdiag_parse import PAD
 from tests.support.netlink_pcap import rtattr
 
-XTCP2 = Path(__file__).resolve().parents[3] / ".." / "shared" / "fixtures" / "xtcp2"
+XTCP2 = Path(__file__).resolve().parents[2] / ".." / "shared" / "fixtures" / "xtcp2"
 
 
 def require_xtcp2() -> None:

@@ -1,24 +1,6 @@
-"""One store interface for every dyncc component, chosen by URL.
-
-    clickhouse://user:pass@host:port/db   ClickHouse server, native protocol
-                                          (clickhouse-driver, numpy columnar inserts)
-    chdb:///path/dir[?database=dyncc]     chDB, in-process ClickHouse (embedded default)
-
-Options (query string): connect_timeout=5, timeout=300 (ClickHouse only);
-ttl=off creates tables without retention TTLs (for historic replays and tests
-with fixed dates; retention applies on servers >= 19.6 and chDB only).
-
-Operations: execute SQL (DDL or DML), insert columns, query to a DataFrame or
-to rows, query rows with a table of data sent along (query_rows_with: the
-statement names it {{data}}; an external table on the server, chDB's Python()
-table function on chDB, so the statement does not grow with the data), and the
-server version (which picks the DDL features, see controller/store/sql.py).
-
-Failures raise StoreError with a one-line reason, classified the same way on
-both back ends (dyncc_common/errors.py): StoreUnavailable (connection,
-timeout, overload: retry later), StoreContentError (the data was refused:
-retrying it unchanged fails again), plain StoreError otherwise.
-chDB is imported lazily (its library is large and slow to load cold).
+"""The store: one interface for every dyncc component, chosen by URL
+(`clickhouse://…` a ClickHouse server, `chdb:///dir` in-process chDB); the
+URL options, operations and error classes are described in base.py.
 
 Modules: url (StoreURL), base (the Store interface), clickhouse and chdb (the back ends),
 native (the Native-protocol insert), sql (the .sql files and their templates), migrate,

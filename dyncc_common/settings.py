@@ -227,6 +227,17 @@ def reuse(row: Setting, **changes: Any) -> Any:
     return row.field(**changes)
 
 
+# Rows every long-running command shares (used with reuse()).
+CONFIG_FILE = Setting(
+    None,
+    STR,
+    "TOML file with the same keys as the long options; command-line flags override it",
+    metavar="FILE",
+    cli_only=True,
+)
+VERBOSE = Setting(False, BOOL, "debug logging", short="-v")
+
+
 def part(cls: type[Settings]) -> Any:
     """A nested settings object: its rows are flags and TOML keys of the enclosing component."""
     return dataclasses.field(default_factory=cls, metadata={"settings_part": cls})

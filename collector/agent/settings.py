@@ -14,7 +14,19 @@ from typing import ClassVar
 
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_brokers, check_pop, check_topic
-from dyncc_common.settings import BOOL, DURATION, INT, PATH, STR, Settings, in_range, setting
+from dyncc_common.settings import (
+    BOOL,
+    CONFIG_FILE,
+    DURATION,
+    INT,
+    PATH,
+    STR,
+    VERBOSE,
+    Settings,
+    in_range,
+    reuse,
+    setting,
+)
 
 __all__ = ["RESERVED_PROTOS", "AgentSettings"]
 
@@ -65,11 +77,8 @@ class AgentSettings(Settings):
     proto: int = setting(250, INT, "routing protocol number tagging owned routes", validator=_route_proto)
     state_dir: Path | None = setting(None, PATH, "applied version and config", default_text="/var/lib/dyncc/agent-POP")
     metrics_port: int = setting(0, INT, "Prometheus port (0 = off)", validator=in_range(0, 65535))
-    verbose: bool = setting(False, BOOL, "debug logging", short="-v")
-    config: str | None = setting(
-        None, STR, "TOML file with the same keys as the long options; command-line flags override it",
-        metavar="FILE", cli_only=True,
-    )  # fmt: skip
+    verbose: bool = reuse(VERBOSE)
+    config: str | None = reuse(CONFIG_FILE)
 
     def __post_init__(self) -> None:
         """Cross-field checks (the topics matter with --kafka only) and the host name default."""

@@ -22,7 +22,20 @@ from collector.netlink.sockdiag import DEFAULT_STATES
 from collector.netlink.sockdiag import parse_states as netlink_states
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_brokers, check_pop
-from dyncc_common.settings import BOOL, DURATION, INT, SIZE, STR, TABLE, Settings, in_range, setting
+from dyncc_common.settings import (
+    BOOL,
+    CONFIG_FILE,
+    DURATION,
+    INT,
+    SIZE,
+    STR,
+    TABLE,
+    VERBOSE,
+    Settings,
+    in_range,
+    reuse,
+    setting,
+)
 
 if TYPE_CHECKING:
     from collector.telemetry.poller import PollerConfig
@@ -76,9 +89,7 @@ class CollectSettings(Settings):
 
     COMPONENT: ClassVar[str] = "collect"
 
-    config: str | None = setting(
-        None, STR, "TOML file with the same keys as these flags", metavar="FILE", cli_only=True
-    )
+    config: str | None = reuse(CONFIG_FILE)
     interval: float = setting("10s", DURATION, "time between polls", validator=_positive)
     jitter: float = setting(None, DURATION, "random +/- offset of each poll start", default_text="10% of the interval")
     timeout: float = setting("30s", DURATION, "abandon a poll after this long", validator=_positive)
@@ -122,7 +133,7 @@ class CollectSettings(Settings):
     host: str = setting("", STR, "host name in batch headers, at most 255 bytes", default_text="this host's name")
     pop: str = setting("", STR, "POP name in batch headers", validator=_optional_pop)
     metrics_port: int = setting(0, INT, "serve Prometheus metrics on this port (0 = off)", validator=in_range(0, 65535))
-    verbose: bool = setting(False, BOOL, "debug logging", short="-v")
+    verbose: bool = reuse(VERBOSE)
     kafka: Mapping[str, Any] = setting({}, TABLE, "extra librdkafka settings (TOML only)", flag="")
 
     def __post_init__(self) -> None:

@@ -16,13 +16,24 @@ from typing import ClassVar
 from controller.rollout.settings import RolloutConfig
 from controller.rollout.validate import ValidationPolicy
 from controller.scoring.settings import DECISIONS, ScoringConfig
+from controller.store.settings import STORE_URL_HELP
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_pop
-from dyncc_common.settings import BOOL, DURATION, INT, STR, Settings, in_range, part, setting
+from dyncc_common.settings import (
+    BOOL,
+    CONFIG_FILE,
+    DURATION,
+    INT,
+    STR,
+    VERBOSE,
+    Settings,
+    in_range,
+    part,
+    reuse,
+    setting,
+)
 
-__all__ = ["STORE_URL_HELP", "ControlSettings", "ExplainSettings", "cap_conflicts", "parse_at"]
-
-STORE_URL_HELP = "store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir"
+__all__ = ["ControlSettings", "ExplainSettings", "cap_conflicts", "parse_at"]
 
 
 def parse_at(text: str, what: str = "--at") -> dt.datetime:
@@ -95,17 +106,14 @@ class ControlSettings(Settings):
     pop: str = setting("", STR, "only this POP", default_text="every POP", validator=_optional_pop)
     dry_run: bool = setting(False, BOOL, "decide and print; write and publish nothing")
     metrics_port: int = setting(0, INT, "Prometheus port (0 = off)", validator=in_range(0, 65535))
-    verbose: bool = setting(False, BOOL, "debug logging", short="-v")
+    verbose: bool = reuse(VERBOSE)
     scoring: ScoringConfig = part(ScoringConfig)
     expire_seconds: int = setting(
         "7d", DURATION, "release prefixes not seen for this long", section=DECISIONS, flag="--expire",
         convert=_seconds,
     )  # fmt: skip
     rollout: RolloutConfig = part(RolloutConfig)
-    config: str | None = setting(
-        None, STR, "TOML file with the same keys as the long options; command-line flags override it",
-        metavar="FILE", cli_only=True,
-    )  # fmt: skip
+    config: str | None = reuse(CONFIG_FILE)
 
     def __post_init__(self) -> None:
         bucket = float(self.scoring.bucket_seconds)

@@ -12,9 +12,22 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from controller.store.settings import STORE_URL_HELP
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_brokers, check_topic
-from dyncc_common.settings import BOOL, DURATION, INT, STR, Settings, at_least, in_range, setting
+from dyncc_common.settings import (
+    BOOL,
+    CONFIG_FILE,
+    DURATION,
+    INT,
+    STR,
+    VERBOSE,
+    Settings,
+    at_least,
+    in_range,
+    reuse,
+    setting,
+)
 
 if TYPE_CHECKING:
     from controller.ingest.kafka import KafkaConfig
@@ -31,9 +44,7 @@ class IngestSettings(Settings):
     kafka: str | None = setting(
         None, STR, "Kafka bootstrap servers, host:port[,host:port]", metavar="BROKERS", validator=check_brokers
     )
-    clickhouse: str = setting(
-        None, STR, "store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir", metavar="URL", required=True
-    )
+    clickhouse: str = setting(None, STR, STORE_URL_HELP, metavar="URL", required=True)
     topic: str = setting("tcpinfo", STR, "Kafka topic")  # checked with --kafka only (__post_init__)
     group: str = setting("dyncc-ingest", STR, "Kafka consumer group")
     from_file: tuple[str, ...] = setting(
@@ -62,11 +73,8 @@ class IngestSettings(Settings):
     )  # fmt: skip
     no_migrate: bool = setting(False, BOOL, "do not apply schema migrations at start")
     metrics_port: int = setting(9311, INT, "Prometheus metrics port (0 = off)", validator=in_range(0, 65535))
-    verbose: bool = setting(False, BOOL, "debug logging", short="-v")
-    config: str | None = setting(
-        None, STR, "TOML file with the same keys as the long options; command-line flags override it",
-        metavar="FILE", cli_only=True,
-    )  # fmt: skip
+    verbose: bool = reuse(VERBOSE)
+    config: str | None = reuse(CONFIG_FILE)
 
     def __post_init__(self) -> None:
         """Cross-field checks: one source; the topic and group matter with --kafka only."""

@@ -12,11 +12,9 @@ from typing import ClassVar
 
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_pop
-from dyncc_common.settings import BOOL, DURATION, FLOAT, INT, PATH, STR, Settings, setting
+from dyncc_common.settings import BOOL, CONFIG_FILE, DURATION, FLOAT, INT, PATH, STR, VERBOSE, Settings, reuse, setting
 
 __all__ = ["DemoSettings", "LabSettings"]
-
-_CONFIG_HELP = "TOML file with the same keys as the long options; command-line flags override it"
 
 
 def _not_negative(value: int, what: str) -> int:
@@ -67,8 +65,8 @@ class LabSettings(Settings):
     pop: str = setting("lab", STR, "POP name of the lab edge", validator=_pop)
     run_id: str = setting("", STR, "namespace suffix", default_text="random 4 hex digits")
     cleanup: bool = setting(False, BOOL, "remove leftover dlab-* namespaces and exit")
-    verbose: bool = setting(False, BOOL, "debug logging", short="-v")
-    config: str | None = setting(None, STR, _CONFIG_HELP, metavar="FILE", cli_only=True)
+    verbose: bool = reuse(VERBOSE)
+    config: str | None = reuse(CONFIG_FILE)
 
     def __post_init__(self) -> None:
         if self.round_seconds < 2:
@@ -101,5 +99,5 @@ class DemoSettings(Settings):
     recording: Path | None = setting(None, PATH, "telemetry to replay", default_text="demo/lab-telemetry.bin.gz")
     workdir: Path | None = setting(None, PATH, "where the store and report go", default_text="a new temp dir")
     output: Path | None = setting(None, PATH, "report path", short="-o", default_text="WORKDIR/dyncc-demo-report.html")
-    verbose: bool = setting(False, BOOL, "debug logging", short="-v")
-    config: str | None = setting(None, STR, _CONFIG_HELP, metavar="FILE", cli_only=True)
+    verbose: bool = reuse(VERBOSE)
+    config: str | None = reuse(CONFIG_FILE)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
+from controller.store.settings import STORE_URL_HELP
 from dyncc_common.names import check_pop
-from dyncc_common.settings import BOOL, STR, Settings, setting
+from dyncc_common.settings import CONFIG_FILE, STR, VERBOSE, Settings, reuse, setting
 
 __all__ = ["ReportSettings"]
 
@@ -22,7 +23,7 @@ class ReportSettings(Settings):
     COMPONENT: ClassVar[str] = "report"
 
     clickhouse: str = setting(
-        None, STR, "store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir", metavar="URL",
+        None, STR, STORE_URL_HELP, metavar="URL",
         required=True,
     )  # fmt: skip
     output: str = setting("report.html", STR, "HTML file to write", short="-o", metavar="FILE")
@@ -42,8 +43,5 @@ class ReportSettings(Settings):
         None, STR, "plot resolution, e.g. 5m or 20s", metavar="DURATION",
         default_text="5m from the rollup; finer, from the raw table, for windows under 2 h",
     )  # fmt: skip
-    verbose: bool = setting(False, BOOL, "debug logging", short="-v")
-    config: str | None = setting(
-        None, STR, "TOML file with the same keys as the long options; command-line flags override it",
-        metavar="FILE", cli_only=True,
-    )  # fmt: skip
+    verbose: bool = reuse(VERBOSE)
+    config: str | None = reuse(CONFIG_FILE)

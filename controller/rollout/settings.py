@@ -44,7 +44,6 @@ __all__ = [
 PUBLISHING = "publishing"
 VALIDATION = "validation (a rejected config is recorded and never published)"
 STAGED = "staged rollout"
-STORE_URL_HELP = "store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir"
 
 
 def _algorithms(value: str, what: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from dyncc_common.settings import STR, Settings, setting
+from dyncc_common.settings import CONFIG_FILE, STR, Settings, reuse, setting
 
 __all__ = ["STORE_URL_HELP", "SchemaSettings"]
 
@@ -23,7 +23,4 @@ class SchemaSettings(Settings):
         required=True, cli_only=True,
     )  # fmt: skip
     clickhouse: str = setting(None, STR, STORE_URL_HELP, metavar="URL", required=True)
-    config: str | None = setting(
-        None, STR, "TOML file with the same keys as the long options; command-line flags override it",
-        metavar="FILE", cli_only=True,
-    )  # fmt: skip
+    config: str | None = reuse(CONFIG_FILE)

@@ -9,6 +9,7 @@ names so tests never see each other's data.
 from __future__ import annotations
 
 import os
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +58,51 @@ def clickhouse_db_url() -> Iterator[str]:
         store._admin.execute(f"DROP DATABASE IF EXISTS {database}")  # type: ignore[attr-defined]
     finally:
         store.close()
+
+
+#: the ClickHouse cluster of deploy/cluster.sh (`make test` starts it and sets this)
+CLUSTER_URL = os.environ.get("DYNCC_TEST_CLUSTER", "")
+
+
+def cluster_url_for(database: str) -> str:
+    """The cluster's store URL for `database` (DYNCC_TEST_CLUSTER with its database replaced)."""
+    parts = urllib.parse.urlsplit(CLUSTER_URL)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    query.setdefault("cluster", "dyncc")
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{database}", query=urllib.parse.urlencode(query)))
+
+
+def drop_cluster_database(url: str) -> None:
+    """Drop a test database and its shard database on every node of the cluster."""
+    from controller.store import ClusterStore
+    from controller.store.topology import shard_database
+
+    store = open_store(url)
+    assert isinstance(store, ClusterStore)
+    try:
+        for replica in store.topology().nodes():
+            node = store.node_store(replica, "default")
+            try:
+                for database in (store.database, shard_database(store.database)):
+                    node._admin.execute(f"DROP DATABASE IF EXISTS {database}")
+            finally:
+                node.close()
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def cluster_db_url() -> Iterator[str]:
+    """A fresh database on the real cluster (2 shards x 2 replicas); dropped on every node afterwards.
+
+    Skipped only when DYNCC_TEST_CLUSTER is unset (`make test` sets it); a set variable with no
+    cluster behind it fails the test.
+    """
+    if not CLUSTER_URL:
+        pytest.skip("DYNCC_TEST_CLUSTER is not set (make cluster-up; eval \"$(bash deploy/cluster.sh env)\")")
+    url = cluster_url_for(unique_name("t"))
+    yield url
+    drop_cluster_database(url)
 
 
 @pytest.fixture(params=["clickhouse", "chdb"])

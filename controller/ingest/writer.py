@@ -10,7 +10,10 @@ One flush of a group of messages:
      (host, run_id, sequence) up in the ingest_batches ledger: batches already
      there were loaded before (a redelivery after a crash) and are skipped.
      The identities go to the store as data (Store.query_rows_with), so the
-     look-up statement is the same size for any number of hosts;
+     look-up statement is the same size for any number of hosts.  On a cluster
+     every shard has its own ledger and gets its own rows (Store.shard_stores,
+     controller/ingest/shards.py): a batch is skipped on the shards that hold it
+     and loaded on the others;
   3. decode the remaining non-empty batches (bad column data -> dead letter);
   4. find per-host sequence gaps, and the batches that arrived late inside a
      recorded gap (fills: controller.ingest.sequence);
@@ -35,6 +38,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,7 @@ import numpy as np
 from controller.ingest.columns import TCPINFO_TYPES, Prepared, StrColumn, prepare, to_insert_columns
 from controller.ingest.metrics import IngestMetrics
 from controller.ingest.sequence import Fill, Gap, Key, SeenBatch, SequenceTracker, find_fills
+from controller.ingest.shards import row_shards, rows_to_load, take_rows
 from controller.store import Store, StoreContentError
 from controller.store.sql import query
 from schemas.tcpinfo_decode import BatchDecodeError, ScannedBatch, decode_all, scan_batch
@@ -124,6 +129,8 @@ class PreparedFlush:
     # batches inside a recorded gap, written once they are in the ledger (redelivered ones too)
     fills: list[Fill] = field(default_factory=list)
     behind: set[Identity] = field(default_factory=set)  # loaded batches older than their run's last
+    # rows of each batch of `loaded` in `columns` (a cluster may hold some of a batch's rows already)
+    batch_rows: list[int] = field(default_factory=list)
 
 
 def _fill_identity(f: Fill) -> Identity:
@@ -152,6 +159,7 @@ class BatchWriter:
         self._counter = 0
         # native=False: the store's plain insert_columns (the driver's / chDB's own insert)
         self._native = native
+        self._pool: ThreadPoolExecutor | None = None  # a cluster's per-shard inserts
 
     # ------------------------------------------------------------ public
 
@@ -229,8 +237,11 @@ class BatchWriter:
             else:
                 seen.add(batch.identity)
                 unique.append((item, batch))
-        present = self._ledger_lookup([b.identity for _, b in unique])
-        todo = [(item, b) for item, b in unique if b.identity not in present]
+        presence = self._ledger_presence([b.identity for _, b in unique])
+        sharded = len(self.store.shard_stores()) > 1
+        # one server: a batch in the ledger is skipped; a cluster: an empty one is, a batch with
+        # rows is decoded and only its rows missing from their shards are kept (below)
+        todo = [(item, b) for item, b in unique if b.identity not in presence or (sharded and b.rows)]
         result.duplicates += len(unique) - len(todo)
         nonempty = [(item, b) for item, b in todo if b.rows]
         empty = [b for _, b in todo if not b.rows]
@@ -264,17 +275,24 @@ class BatchWriter:
         columns: Prepared | None = None
         block: Any = None
         rows = 0
+        loaded = [(item, b) for item, b in nonempty if b.identity not in bad_ids]
+        batch_rows = [b.rows for _, b in loaded]
         if any(b.rows for b in group.batches):
             columns, rows = prepare(group)
-            block = self._native_block(columns, rows)
+            if sharded:
+                columns, batch_rows = self._unloaded(columns, loaded, batch_rows, presence)
+                rows = sum(batch_rows)
+                result.duplicates += sum(1 for n in batch_rows if n == 0)
+                kept = [(x, n) for x, n in zip(loaded, batch_rows, strict=True) if n]
+                loaded, batch_rows = [x for x, _ in kept], [n for _, n in kept]
+            block = self._native_block(columns, rows) if not sharded else None
         result.rows = rows
         result.empty = len(empty)
-        result.batches = len(group.batches) + len(empty)
-        identities = {b.identity for b in group.batches} | {b.identity for b in empty}
-        loaded = [(item, b) for item, b in nonempty if b.identity not in bad_ids]
+        result.batches = len(loaded) + len(empty)
+        identities = {b.identity for _, b in loaded} | {b.identity for b in empty}
         late = {(b.host, b.run_id, b.sequence) for b in behind} & identities
         return PreparedFlush(
-            result, columns, empty, updates, identities, time.monotonic() - t0, block, loaded, fills, late
+            result, columns, empty, updates, identities, time.monotonic() - t0, block, loaded, fills, late, batch_rows
         )
 
     def _fills(self, behind: list[SeenBatch], pending: Sequence[PreparedFlush]) -> list[Fill]:
@@ -327,21 +345,24 @@ class BatchWriter:
         """
         assert prep.columns is not None
         loaded = prep.loaded
-        offsets = np.concatenate([[0], np.cumsum([b.rows for _, b in loaded])]).astype(np.int64)
+        batch_rows = prep.batch_rows or [b.rows for _, b in loaded]
         log.warning(
             "the store refused the rows of %d batches (%s); loading them in halves to find the ones responsible",
             len(loaded),
             exc,
         )
-        # a block refused after part of it was written (a failing view) may be in the ledger
-        landed = self._ledger_lookup([b.identity for _, b in loaded])
-        todo = [i for i, (_, b) in enumerate(loaded) if b.identity not in landed]
+        # a block refused after part of it was written (a failing view, another shard) may be
+        # in the ledger: only rows not there yet are sent again
+        presence = self._ledger_presence([b.identity for _, b in loaded])
+        columns, batch_rows = self._unloaded(prep.columns, loaded, batch_rows, presence)
+        offsets = np.concatenate([[0], np.cumsum(batch_rows)]).astype(np.int64)
+        todo = [i for i, n in enumerate(batch_rows) if n]
         refused: dict[int, str] = {}
 
         def land(idx: list[int], tried: bool, reason: str) -> None:
             if not tried:
                 try:
-                    self._insert_rows(*_take_rows(prep.columns, offsets, idx))  # type: ignore[arg-type]
+                    self._insert_rows(*_take_rows(columns, offsets, idx))
                     return
                 except StoreContentError as e:
                     reason = str(e)
@@ -353,14 +374,14 @@ class BatchWriter:
             land(idx[mid:], False, reason)
 
         if todo:
-            land(todo, not landed, str(exc))
+            land(todo, not presence, str(exc))
         result = prep.result
         dead: list[tuple[Incoming, str]] = []
         gaps: list[Gap] = []
         for i, reason in sorted(refused.items()):
             item, b = loaded[i]
             dead.append((item, f"refused by the store: {reason}"))
-            result.rows -= b.rows
+            result.rows -= batch_rows[i]
             result.batches -= 1
             prep.identities.discard(b.identity)
             if b.identity not in prep.behind:
@@ -412,7 +433,10 @@ class BatchWriter:
         return result
 
     def close(self) -> None:
-        """Nothing to release: the store owns its insert connections (Store.close)."""
+        """Stop the per-shard insert threads, if any (the store owns its connections: Store.close)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
 
     # ------------------------------------------------------------ ledger
 
@@ -420,18 +444,43 @@ class BatchWriter:
     # statement of fixed size for any number of hosts (ClickHouse refuses statements
     # over max_query_size, 256 KiB), and the tuple IN uses the ledger's primary key.
 
-    def _ledger_lookup(self, identities: list[Identity]) -> set[Identity]:
-        """The identities already in the ingest_batches ledger."""
+    def _ledger_presence(self, identities: list[Identity]) -> dict[Identity, set[int]]:
+        """The identities already in the ingest_batches ledger, with the shards whose ledger has them."""
         if not identities:
-            return set()
+            return {}
         data: dict[str, tuple[str, list[Any]]] = {
             "host": ("String", [h for h, _, _ in identities]),
             "run_id": ("UInt64", [r for _, r, _ in identities]),
             "sequence": ("UInt64", [s for _, _, s in identities]),
         }
-        rows = self.store.query_rows_with(query("ingest_ledger_lookup"), data)
-        found = {(str(h), int(r), int(s)) for h, r, s in rows}
-        return found & set(identities)
+        wanted = set(identities)
+        presence: dict[Identity, set[int]] = {}
+        for index, shard in enumerate(self.store.shard_stores()):
+            for h, r, s in shard.query_rows_with(query("ingest_ledger_lookup"), data):
+                identity = (str(h), int(r), int(s))
+                if identity in wanted:
+                    presence.setdefault(identity, set()).add(index)
+        return presence
+
+    def _unloaded(
+        self,
+        columns: Prepared,
+        loaded: Sequence[tuple[Incoming, ScannedBatch]],
+        batch_rows: list[int],
+        presence: dict[Identity, set[int]],
+    ) -> tuple[Prepared, list[int]]:
+        """The rows of `columns` (batches `loaded`, `batch_rows` each) not yet in their shard's ledger."""
+        shards = len(self.store.shard_stores())
+        present = np.zeros((len(loaded), shards), dtype=bool)
+        for i, (_, b) in enumerate(loaded):
+            for s in presence.get(b.identity, ()):
+                present[i, s] = True
+        if not present.any():
+            return columns, batch_rows
+        row_batch = np.repeat(np.arange(len(loaded)), batch_rows)
+        keep = rows_to_load(row_batch, row_shards(columns, self.store.shard_weights()), present)
+        kept = np.bincount(row_batch[keep], minlength=len(loaded)).tolist()
+        return take_rows(columns, keep), [int(n) for n in kept]
 
     @staticmethod
     def _runs(keys: set[Key]) -> dict[str, tuple[str, list[Any]]]:
@@ -498,7 +547,8 @@ class BatchWriter:
 
     def _insert_empty(self, batches: list[ScannedBatch]) -> None:
         n = len(batches)
-        self.store.insert_columns(
+        # one ledger entry, on the first shard (a cluster's Distributed ledger reads every shard)
+        self.store.shard_stores()[0].insert_columns(
             "ingest_batches",
             {
                 "inserted_at": np.full(n, _now(), dtype=np.uint32),
@@ -515,10 +565,33 @@ class BatchWriter:
         return self.store.prepare_block(columns, rows, TCPINFO_TYPES) if self._native else None
 
     def _insert_rows(self, prepared: Prepared, rows: int, block: Any = None) -> None:
+        shards = self.store.shard_stores()
+        if len(shards) == 1:
+            self._insert_into(self.store, prepared, rows, block)
+            return
+        # a cluster: each shard's rows in one insert, the shards in parallel
+        row_shard = row_shards(prepared, self.store.shard_weights())
+        parts = []
+        for index, shard in enumerate(shards):
+            mask = row_shard == index
+            n = int(mask.sum())
+            if n:
+                parts.append((shard, take_rows(prepared, mask), n))
+        if len(parts) == 1:
+            self._insert_into(*parts[0])
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=len(shards), thread_name_prefix="dyncc-shard-insert")
+        futures = [self._pool.submit(self._insert_into, *part) for part in parts]
+        errors = [exc for exc in (f.exception() for f in futures) if exc is not None]
+        if errors:  # a refusal is the data's fault (isolated by the caller); else the store's
+            raise next((e for e in errors if isinstance(e, StoreContentError)), errors[0])
+
+    def _insert_into(self, store: Store, prepared: Prepared, rows: int, block: Any = None) -> None:
         if self._native:
-            self.store.bulk_insert(TABLE, prepared, rows, block)
+            store.bulk_insert(TABLE, prepared, rows, block)
         else:
-            self.store.insert_columns(TABLE, to_insert_columns(prepared))
+            store.insert_columns(TABLE, to_insert_columns(prepared))
 
 
 def _take_rows(columns: Prepared, offsets: np.ndarray, batches: list[int]) -> tuple[Prepared, int]:

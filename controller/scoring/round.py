@@ -103,6 +103,9 @@ def run_round(
     window = window_for(now, cfg)
     timings: dict[str, float] = {}
 
+    # a cluster: a round that cannot read every shard would score part of the prefixes as if
+    # they were all; it fails here (StoreUnavailable naming the shard) and publishes nothing
+    store.check_shards()
     t = time.perf_counter()
     keys = refresh(store, cfg, window, pop, round_time_ns)
     timings["refresh"] = time.perf_counter() - t

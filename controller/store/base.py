@@ -110,6 +110,22 @@ class Store(ABC):
         """
         self.insert_columns(table, plain_columns(columns))
 
+    def shard_stores(self) -> list[Store]:
+        """One store per shard, each reading and writing only its shard's rows; [self] on one server.
+
+        A cluster (controller/store/cluster.py) returns its shards in order; rows go to
+        shard shards_for_keys(...)[i] of controller/store/topology.py with shard_weights().
+        """
+        return [self]
+
+    def shard_weights(self) -> tuple[int, ...]:
+        """The weight of each shard of shard_stores(), in the same order."""
+        return (1,)
+
+    def check_shards(self) -> None:  # noqa: B027 - optional hook
+        """Raise StoreUnavailable naming every part of the data no server answers for (a cluster's
+        shards); one server: nothing to check."""
+
     def table_exists(self, table: str) -> bool:
         """True if `table` (a checked identifier) exists in the URL's database."""
         sql = splice(query("store_table_exists"), {"table": check_identifier(table)})

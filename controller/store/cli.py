@@ -16,7 +16,7 @@ SETTINGS = SchemaSettings
 
 
 def run(settings: SchemaSettings) -> int:
-    store = open_store(settings.clickhouse)
+    store = open_store(settings.store_url)
     try:
         if settings.action == "status":
             rows = store.query_rows("SELECT version, name, applied_at FROM schema_migrations ORDER BY version")
@@ -24,8 +24,9 @@ def run(settings: SchemaSettings) -> int:
                 print(f"{int(version):03d}_{name}  applied {applied_at}")
             return 0
         result = apply_migrations(store)
+        nodes = f", {result.nodes} nodes" if result.nodes > 1 else ""
         print(
-            f"schema on {store.url.redacted()} (server {result.server_version}): "
+            f"schema on {store.url.redacted()} (server {result.server_version}{nodes}): "
             f"applied {len(result.applied)} {result.applied}, already there {len(result.skipped)}"
         )
         return 0

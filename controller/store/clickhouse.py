@@ -51,7 +51,7 @@ def as_fixed_bytes(col: np.ndarray) -> np.ndarray:
 class ClickHouseStore(Store):
     """ClickHouse server over the native protocol (clickhouse-driver)."""
 
-    def __init__(self, url: StoreURL) -> None:
+    def __init__(self, url: StoreURL, server_settings: Mapping[str, Any] | None = None) -> None:
         from clickhouse_driver import Client
 
         # The driver logs every failed connect with a traceback; StoreError carries the reason.
@@ -65,7 +65,7 @@ class ClickHouseStore(Store):
             "password": url.password,
             "connect_timeout": float(url.options.get("connect_timeout", 5)),
             "send_receive_timeout": float(url.options.get("timeout", 300)),
-            "settings": {"use_numpy": True},
+            "settings": {"use_numpy": True, **(server_settings or {})},
         }
         self._client = Client(database=url.database, **common)
         self._admin = Client(database="default", **common)

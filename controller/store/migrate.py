@@ -2,6 +2,11 @@
 
 Idempotent: versions already recorded are skipped, and every statement is
 written with IF NOT EXISTS so a half-applied migration can be re-run.
+
+On a cluster (a ClusterStore) every node must answer: each statement runs where
+controller/store/cluster_schema.py says (every node, one replica per shard, or once on
+the query node), and schema_migrations is replicated to every node, so a migration is
+recorded once for the whole cluster.
 """
 
 from __future__ import annotations
@@ -9,9 +14,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from controller.store import Store
 from controller.store import sql as sql_template
-from controller.store.sql import Migration, migrations
+from controller.store.base import Store
+from controller.store.clickhouse import ClickHouseStore
+from controller.store.cluster import ClusterStore
+from controller.store.cluster_schema import ClusterStatement, plan_statement, sharded_tables
+from controller.store.sql import Migration, Version, migrations
+from controller.store.topology import Replica, shard_database
+from dyncc_common.errors import StoreError
 
 log = logging.getLogger("dyncc.schema")
 
@@ -32,6 +42,7 @@ class ApplyResult:
     applied: list[int]
     skipped: list[int]
     server_version: str
+    nodes: int = 1
 
 
 def applied_versions(store: Store) -> set[int]:
@@ -41,23 +52,90 @@ def applied_versions(store: Store) -> set[int]:
 
 def apply_migrations(store: Store, available: list[Migration] | None = None) -> ApplyResult:
     """Create the database if needed and apply every migration not yet recorded."""
+    todo = available if available is not None else migrations()
+    if isinstance(store, ClusterStore):
+        return _apply_on_cluster(store, todo)
     store.ensure_database()
     store.execute(MIGRATIONS_DDL)
     version = store.version()
     done = applied_versions(store)
     result = ApplyResult([], [], ".".join(map(str, version)))
-    for migration in available if available is not None else migrations():
+    for migration in todo:
         if migration.version in done:
             result.skipped.append(migration.version)
             continue
-        rendered = sql_template.render_markers(migration.text, version, ttl=store.url.options.get("ttl", "on") != "off")
-        for statement in sql_template.split_statements(rendered):
+        for statement in sql_template.split_statements(_rendered(store, migration.text, version)):
             store.execute(statement)
-        store.execute(
-            # INSERT ... SELECT: inline VALUES over the native protocol hang on ClickHouse 18.16
-            "INSERT INTO schema_migrations (version, name, applied_at) SELECT %(version)s, %(name)s, now()",
-            {"version": migration.version, "name": migration.name},
-        )
-        log.info("applied migration %03d_%s", migration.version, migration.name)
+        _record(store, migration)
         result.applied.append(migration.version)
     return result
+
+
+def _rendered(store: Store, text: str, version: Version) -> str:
+    return sql_template.render_markers(text, version, ttl=store.url.options.get("ttl", "on") != "off")
+
+
+def _record(store: Store, migration: Migration) -> None:
+    store.execute(
+        # INSERT ... SELECT: inline VALUES over the native protocol hang on ClickHouse 18.16
+        "INSERT INTO schema_migrations (version, name, applied_at) SELECT %(version)s, %(name)s, now()",
+        {"version": migration.version, "name": migration.name},
+    )
+    log.info("applied migration %03d_%s", migration.version, migration.name)
+
+
+def cluster_plan(store: ClusterStore, text: str, version: Version, sharded: frozenset[str]) -> list[ClusterStatement]:
+    """The cluster statements of one migration text (markers expanded for `version`)."""
+    steps: list[ClusterStatement] = []
+    for statement in sql_template.split_statements(text):
+        for step in plan_statement(statement, database=store.database, cluster=store.cluster, sharded=sharded):
+            steps.append(ClusterStatement(step.where, step.database, _rendered(store, step.sql, version)))
+    return steps
+
+
+def _apply_on_cluster(store: ClusterStore, todo: list[Migration]) -> ApplyResult:
+    topology = store.topology()
+    nodes: dict[tuple[Replica, str], ClickHouseStore] = {}
+    try:
+        for replica in topology.nodes():  # every node first: refuse before changing anything
+            for database in (store.database, shard_database(store.database)):
+                node = store.node_store(replica, database)
+                nodes[(replica, database)] = node
+                try:
+                    node.ensure_database()
+                except StoreError as exc:
+                    raise StoreError(f"cluster {store.cluster}: node {replica} refused the schema: {exc}") from exc
+        version = store.version()
+        sharded = sharded_tables(m.text for m in migrations())
+        schema_table = cluster_plan(store, MIGRATIONS_DDL, version, sharded)
+        _run_steps(store, nodes, schema_table)
+        done = applied_versions(store)
+        result = ApplyResult([], [], ".".join(map(str, version)), nodes=len(topology.nodes()))
+        for migration in todo:
+            if migration.version in done:
+                result.skipped.append(migration.version)
+                continue
+            _run_steps(store, nodes, cluster_plan(store, migration.text, version, sharded))
+            _record(store, migration)
+            result.applied.append(migration.version)
+        return result
+    finally:
+        for node in nodes.values():
+            node.close()
+
+
+def _run_steps(
+    store: ClusterStore, nodes: dict[tuple[Replica, str], ClickHouseStore], steps: list[ClusterStatement]
+) -> None:
+    topology = store.topology()
+    for step in steps:
+        if step.where == "once" and step.database == store.database:
+            store.execute(step.sql)  # the query node (an insert into a Distributed table waits for the shards)
+            continue
+        every = step.where == "every_node"
+        targets = topology.nodes() if every else [shard.replicas[0] for shard in topology.shards]
+        for replica in targets:
+            try:
+                nodes[(replica, step.database)].execute(step.sql)
+            except StoreError as exc:
+                raise StoreError(f"cluster {store.cluster}: node {replica}: {exc}") from exc

@@ -14,6 +14,8 @@ newer than 18.16 are written as markers that expand to nothing on old servers
     {{codec(Delta, ZSTD(1))}}    CODEC(Delta, ZSTD(1))   (>= 19.10), else ''
     {{ttl(time + INTERVAL 1 DAY)}} TTL time + INTERVAL 1 DAY (>= 19.6), else ''
     {{ipv6(FixedString(16))}}    IPv6 (>= 19.3), else the argument
+    {{sharded(KEY)}}             nothing; on a cluster the table is sharded by KEY
+                                 (controller/store/cluster_schema.py)
 
 Retention TTLs delete rows older than the interval at insert and merge time;
 a store URL with ttl=off creates tables without them.
@@ -137,6 +139,8 @@ def _expanders(version: Version, ttl: bool) -> dict[str, Callable[[str], str]]:
         "codec": lambda arg: f"CODEC({arg})" if version >= CODEC_SINCE else "",
         "ttl": lambda arg: f"TTL {arg}" if ttl and version >= TTL_SINCE else "",
         "ipv6": lambda arg: "IPv6" if version >= IPV6_SINCE else arg,
+        # the cluster form of a sharded table is planned by cluster_schema.py; one server: nothing
+        "sharded": lambda arg: "",
     }
 
 

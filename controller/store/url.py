@@ -34,7 +34,8 @@ class StoreURL:
         if self.scheme == "chdb":
             return f"chdb://{self.path}?database={self.database}"
         auth = f"{self.user}@" if self.user else ""
-        return f"clickhouse://{auth}{self.host}:{self.port}/{self.database}"
+        cluster = f"?cluster={self.options['cluster']}" if self.options.get("cluster") else ""
+        return f"clickhouse://{auth}{self.host}:{self.port}/{self.database}{cluster}"
 
 
 def parse_store_url(url: str) -> StoreURL:
@@ -51,6 +52,8 @@ def parse_store_url(url: str) -> StoreURL:
         database = parts.path.lstrip("/") or "default"
         if not _IDENT.match(database):
             raise StoreError(f"store URL {url!r}: bad database name {database!r}")
+        if "cluster" in options and not _IDENT.match(options["cluster"]):
+            raise StoreError(f"store URL {url!r}: bad cluster name {options['cluster']!r}")
         return StoreURL(
             "clickhouse",
             parts.hostname,
@@ -68,6 +71,8 @@ def parse_store_url(url: str) -> StoreURL:
         database = options.get("database", "dyncc")
         if not _IDENT.match(database):
             raise StoreError(f"store URL {url!r}: bad database name {database!r}")
+        if "cluster" in options:
+            raise StoreError(f"store URL {url!r}: cluster= needs a ClickHouse server (clickhouse://...)")
         return StoreURL("chdb", "", 0, "", "", database, path, options)
     raise StoreError(
         f"unsupported store URL scheme {parts.scheme + '://' if parts.scheme else url!r}: "

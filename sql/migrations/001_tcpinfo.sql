@@ -3,6 +3,8 @@
 -- controller/store/sql.py according to the server version; on ClickHouse
 -- 18.16 they vanish, on newer servers and chDB they add LowCardinality, CODECs
 -- and TTL.  Everything else must parse on 18.16 and on chDB 26.x.
+-- {{sharded(KEY)}} marks a table sharded by KEY on a cluster (the client prefix,
+-- controller/store/topology.py); on one server it vanishes (cluster_schema.py).
 
 CREATE TABLE IF NOT EXISTS tcpinfo
 (
@@ -103,7 +105,8 @@ ENGINE = MergeTree()
 PARTITION BY toDate(time)
 ORDER BY (pop, prefix, time)
 {{ttl(time + INTERVAL 30 DAY)}}
-SETTINGS index_granularity = 8192;
+SETTINGS index_granularity = 8192
+{{sharded(halfMD5(concat(pop, '/', prefix)))}};
 
 -- One row per (5-minute bucket, pop, prefix, family) after merges; read it with
 -- the -Merge combinators and GROUP BY (see sql/queries/rollup_read.sql).
@@ -127,7 +130,8 @@ CREATE TABLE IF NOT EXISTS tcpinfo_5m
 ENGINE = AggregatingMergeTree()
 PARTITION BY toDate(bucket)
 ORDER BY (pop, bucket, prefix, family)
-{{ttl(bucket + INTERVAL 90 DAY)}};
+{{ttl(bucket + INTERVAL 90 DAY)}}
+{{sharded(halfMD5(concat(pop, '/', prefix)))}};
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS tcpinfo_5m_mv TO tcpinfo_5m AS
 SELECT

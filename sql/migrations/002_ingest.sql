@@ -24,6 +24,9 @@ ORDER BY (topic, partition, offset)
 -- looks batches up here before inserting and skips the ones already there.
 -- Batches with no rows are recorded by the loader itself (rows = 0).
 -- Retention counts from insertion (inserted_at), so replays of old data dedup too.
+-- On a cluster each shard keeps the ledger of the rows it holds (the view runs on
+-- the shard that takes the insert), so a batch whose rows span shards has one
+-- entry per shard; the loader looks each shard's ledger up on its own.
 CREATE TABLE IF NOT EXISTS ingest_batches
 (
     inserted_at DateTime,
@@ -36,7 +39,8 @@ CREATE TABLE IF NOT EXISTS ingest_batches
 ENGINE = MergeTree()
 PARTITION BY toYYYYMM(inserted_at)
 ORDER BY (host, run_id, sequence)
-{{ttl(inserted_at + INTERVAL 35 DAY)}};
+{{ttl(inserted_at + INTERVAL 35 DAY)}}
+{{sharded(halfMD5(host))}};
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS ingest_batches_mv TO ingest_batches AS
 SELECT

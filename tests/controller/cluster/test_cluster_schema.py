@@ -1,0 +1,134 @@
+"""`dyncc schema apply --cluster` on the real cluster (2 shards x 2 replicas): every node gets the
+tables, twice is idempotent, migrations are recorded once; the plan itself is tested pure."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from controller.store import ClusterStore, open_store
+from controller.store.cluster_schema import plan_statement, sharded_tables
+from controller.store.migrate import apply_migrations
+from controller.store.sql import migrations
+from controller.store.topology import SHARDING_KEY, shard_database
+
+SHARDED = frozenset({"tcpinfo", "tcpinfo_5m", "ingest_batches"})
+
+
+def test_sharded_tables_are_the_telemetry_its_rollup_and_the_ledger() -> None:
+    assert sharded_tables(m.text for m in migrations()) == SHARDED
+    tcpinfo = next(m.text for m in migrations() if m.version == 1)
+    assert tcpinfo.count(f"{{{{sharded({SHARDING_KEY})}}}}") == 2  # the loader routes by the same key
+
+
+def test_plan_of_a_sharded_table_a_replicated_table_and_a_view() -> None:
+    sharded = plan_statement(
+        "CREATE TABLE IF NOT EXISTS tcpinfo (pop String, prefix String)\nENGINE = MergeTree()\n"
+        "ORDER BY pop\n{{sharded(halfMD5(prefix))}}",
+        database="d",
+        cluster="c",
+        sharded=SHARDED,
+    )
+    assert [(s.where, s.database) for s in sharded] == [("every_node", "d_shard"), ("every_node", "d")]
+    assert "ReplicatedMergeTree('/clickhouse/tables/{shard}/d/tcpinfo', '{replica}')" in sharded[0].sql
+    assert sharded[1].sql.endswith("ENGINE = Distributed(c, d_shard, tcpinfo, halfMD5(prefix))")
+    plain = plan_statement(
+        "CREATE TABLE IF NOT EXISTS selections (x UInt8) ENGINE = ReplacingMergeTree() ORDER BY x",
+        database="d",
+        cluster="c",
+        sharded=SHARDED,
+    )
+    assert [(s.where, s.database) for s in plain] == [("every_node", "d")]
+    assert "ReplicatedReplacingMergeTree('/clickhouse/tables/all/d/selections', '{replica}')" in plain[0].sql
+    view = plan_statement(
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS v TO tcpinfo_5m AS SELECT pop FROM tcpinfo",
+        database="d",
+        cluster="c",
+        sharded=SHARDED,
+    )
+    assert [(s.where, s.database) for s in view] == [("every_node", "d_shard")]
+    mutation = plan_statement("ALTER TABLE selections UPDATE x = 1 WHERE 1", database="d", cluster="c", sharded=SHARDED)
+    assert [(s.where, s.database) for s in mutation] == [("once", "d")]
+    column = plan_statement("ALTER TABLE tcpinfo ADD COLUMN y UInt8", database="d", cluster="c", sharded=SHARDED)
+    assert [(s.where, s.database) for s in column] == [("each_shard", "d_shard"), ("every_node", "d")]
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS v TO tcpinfo_5m AS SELECT pop FROM selections",
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS v TO selections AS SELECT pop FROM tcpinfo",
+        "CREATE TABLE IF NOT EXISTS tcpinfo (x UInt8) ENGINE = MergeTree() ORDER BY x",
+        "CREATE TABLE IF NOT EXISTS t (x UInt8) ENGINE = ReplicatedMergeTree('/a', 'b') ORDER BY x",
+        "OPTIMIZE TABLE selections FINAL",
+    ],
+)
+def test_plan_refuses_what_a_cluster_cannot_run_as_written(statement: str) -> None:
+    with pytest.raises(ValueError):
+        plan_statement(statement, database="d", cluster="c", sharded=SHARDED)
+
+
+def _tables(store: ClusterStore) -> dict[str, set[tuple[str, str, str]]]:
+    out = {}
+    for replica in store.topology().nodes():
+        node = store.node_store(replica, "default")
+        try:
+            rows = node.query_rows(
+                "SELECT database, name, engine FROM system.tables WHERE database IN (%(a)s, %(b)s)",
+                {"a": store.database, "b": shard_database(store.database)},
+            )
+        finally:
+            node.close()
+        out[str(replica)] = {(str(d), str(n), str(e)) for d, n, e in rows}
+    return out
+
+
+def test_schema_apply_twice_every_node_has_every_table(cluster_db_url: str) -> None:
+    cluster = cluster_db_url.split("cluster=")[1].split("&")[0]
+    plain_url = cluster_db_url.split("?")[0]
+    cmd = [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", plain_url, "--cluster", cluster]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "applied 7" in first.stdout and "4 nodes" in first.stdout, first.stdout
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert "applied 0" in second.stdout and "already there 7" in second.stdout, second.stdout
+
+    store = open_store(cluster_db_url)
+    assert isinstance(store, ClusterStore)
+    try:
+        tables = _tables(store)
+        assert len(tables) == 4
+        reference = next(iter(tables.values()))
+        assert all(t == reference for t in tables.values())  # the same tables everywhere
+        engines = {(d, n): e for d, n, e in reference}
+        db, shard_db = store.database, shard_database(store.database)
+        for name in SHARDED:
+            assert engines[(db, name)] == "Distributed"
+            assert engines[(shard_db, name)].startswith("Replicated")
+        assert engines[(shard_db, "tcpinfo_5m_mv")] == "MaterializedView"
+        assert engines[(shard_db, "ingest_batches_mv")] == "MaterializedView"
+        for name in ("selections", "round_outcomes", "config_versions", "schema_migrations", "scoring_buckets"):
+            assert engines[(db, name)].startswith("Replicated")
+        # recorded once for the cluster, visible on every node
+        for replica in store.topology().nodes():
+            node = store.node_store(replica, db)
+            try:
+                node.execute("SYSTEM SYNC REPLICA schema_migrations")
+                versions = [int(r[0]) for r in node.query_rows("SELECT version FROM schema_migrations ORDER BY version")]
+            finally:
+                node.close()
+            assert versions == [m.version for m in migrations()]
+        assert apply_migrations(store).applied == []
+    finally:
+        store.close()
+
+
+def test_schema_apply_refuses_a_cluster_the_server_does_not_know(cluster_db_url: str) -> None:
+    plain_url = cluster_db_url.split("?")[0]
+    cmd = [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", plain_url, "--cluster", "nosuch"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0
+    assert "nosuch" in done.stderr and "Traceback" not in done.stderr

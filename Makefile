@@ -3,9 +3,12 @@
 #   make venv        .venv with the project and its dev extras (re-installed when pyproject.toml changes)
 #   make stack-up    ClickHouse 18.16 on 127.0.0.1:19000 + Kafka 3.9 on 127.0.0.1:19092 (deploy/stack.sh)
 #   make stack-down
-#   make test        venv + servers, pytest against the real servers, servers stopped again
-#                    (a stack that was already running before `make test` is left running;
-#                    DYNCC_KEEP_STACK=1 keeps a stack started by `make test`)
+#   make cluster-up  ClickHouse cluster `dyncc` (2 shards x 2 replicas, tcp 127.0.0.1:19101-19104)
+#                    + ZooKeeper on 127.0.0.1:19181 (deploy/cluster.sh)
+#   make cluster-down | cluster-status
+#   make test        venv + servers (stack and cluster, started in parallel), pytest against the real
+#                    servers, servers stopped again (a stack or cluster that was already running before
+#                    `make test` is left running; DYNCC_KEEP_STACK=1 keeps what `make test` started)
 #   make lint        ruff check, ruff format --check, mypy, import contracts (CI runs it before the tests)
 #   make demo | bench | proto | clean
 
@@ -22,11 +25,13 @@ STAMP       := $(VENV)/.installed
 PYTHON      ?= $(shell test -x /usr/bin/python3.11 && echo /usr/bin/python3.11 || command -v python3.11 || command -v python3)
 PYTEST_ARGS ?=
 STACK       := bash deploy/stack.sh
+CLUSTER     := bash deploy/cluster.sh
 
 export DYNCC_TEST_CLICKHOUSE ?= clickhouse://default:@127.0.0.1:$(or $(DYNCC_CH_TCP_PORT),19000)/default
 export DYNCC_TEST_KAFKA      ?= 127.0.0.1:$(or $(DYNCC_KAFKA_PORT),19092)
+export DYNCC_TEST_CLUSTER    ?= clickhouse://default:@127.0.0.1:$(or $(DYNCC_CLUSTER_TCP_PORT),19101)/default?cluster=dyncc
 
-.PHONY: venv deps stack-up stack-down stack-status test lint demo bench proto clean
+.PHONY: venv deps stack-up stack-down stack-status cluster-up cluster-down cluster-status test lint demo bench proto clean
 
 venv: $(STAMP)
 
@@ -61,16 +66,33 @@ stack-down:
 stack-status:
 	$(STACK) status
 
+cluster-up:
+	$(CLUSTER) up
+
+cluster-down:
+	$(CLUSTER) down
+
+cluster-status:
+	$(CLUSTER) status
+
 # pytest's exit status is kept; exit 5 ("no tests collected") counts as a failure.
 test: deps
 	@if $(STACK) status >/dev/null 2>&1; then started=0; echo "== stack already running; leaving it up afterwards"; \
 	 else started=1; fi; \
-	 if [[ -n "$${DYNCC_KEEP_STACK:-}" ]]; then started=0; fi; \
-	 stop_stack() { if [[ $$started == 1 ]]; then $(STACK) down || true; fi; }; \
-	 trap stop_stack EXIT; \
+	 if $(CLUSTER) status >/dev/null 2>&1; then cstarted=0; echo "== cluster already running; leaving it up afterwards"; \
+	 else cstarted=1; fi; \
+	 if [[ -n "$${DYNCC_KEEP_STACK:-}" ]]; then started=0; cstarted=0; fi; \
+	 cpid=; \
+	 stop_servers() { if [[ -n $$cpid ]]; then wait $$cpid || true; fi; \
+	   if [[ $$started == 1 ]]; then { $(STACK) down || true; } & fi; \
+	   if [[ $$cstarted == 1 ]]; then $(CLUSTER) down || true; fi; \
+	   wait || true; }; \
+	 trap stop_servers EXIT; \
 	 trap 'exit 130' INT TERM; \
+	 $(CLUSTER) up & cpid=$$!; \
 	 $(STACK) up; \
-	 echo "== pytest (DYNCC_TEST_CLICKHOUSE=$$DYNCC_TEST_CLICKHOUSE DYNCC_TEST_KAFKA=$$DYNCC_TEST_KAFKA)"; \
+	 wait $$cpid; cpid=; \
+	 echo "== pytest (DYNCC_TEST_CLICKHOUSE=$$DYNCC_TEST_CLICKHOUSE DYNCC_TEST_KAFKA=$$DYNCC_TEST_KAFKA DYNCC_TEST_CLUSTER=$$DYNCC_TEST_CLUSTER)"; \
 	 rc=0; $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
 	 if [[ $$rc == 5 ]]; then echo "== pytest collected no tests: treating as failure"; fi; \
 	 exit $$rc
@@ -95,5 +117,6 @@ proto: venv
 
 clean:
 	-$(STACK) down
+	-$(CLUSTER) down
 	rm -rf .stack .pytest_cache .mypy_cache .ruff_cache build dist *.egg-info
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -254,13 +254,12 @@ _up_done=0
 # On a failed `up`, stop what this `up` started (what already ran stays).
 _up_cleanup() {
     [[ $_up_done == 1 || $BASHPID != "$$" ]] && return 0
-    local i
-    for ((i = ${#_up_started[@]} - 1; i >= 0; i--)); do
-        case ${_up_started[$i]} in
-            zookeeper) zk_stop ;;
-            *) stop_node "${_up_started[$i]}" ;;
-        esac
-    done || true
+    local x nodes=() zk=0
+    for x in "${_up_started[@]}"; do
+        if [[ $x == zookeeper ]]; then zk=1; else nodes+=("$x"); fi
+    done
+    if ((${#nodes[@]} > 0)); then parallel "" stop_node "${nodes[@]}" || true; fi
+    if ((zk == 1)); then zk_stop; fi
 }
 
 cmd_up() {

@@ -99,7 +99,7 @@ def cluster_db_url() -> Iterator[str]:
     cluster behind it fails the test.
     """
     if not CLUSTER_URL:
-        pytest.skip("DYNCC_TEST_CLUSTER is not set (make cluster-up; eval \"$(bash deploy/cluster.sh env)\")")
+        pytest.skip('DYNCC_TEST_CLUSTER is not set (make cluster-up; eval "$(bash deploy/cluster.sh env)")')
     url = cluster_url_for(unique_name("t"))
     yield url
     drop_cluster_database(url)

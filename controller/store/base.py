@@ -4,7 +4,9 @@
                                           (clickhouse-driver, numpy columnar inserts)
     chdb:///path/dir[?database=dyncc]     chDB, in-process ClickHouse (embedded default)
 
-Options (query string): connect_timeout=5, timeout=300 (ClickHouse only);
+Options (query string): connect_timeout=5, timeout=300, alt_hosts=host:port,... (servers
+tried in turn when the URL's does not answer), cluster=NAME (a ClickHouse cluster:
+controller/store/cluster.py) (ClickHouse only);
 ttl=off creates tables without retention TTLs (for historic replays and tests
 with fixed dates; retention applies on servers >= 19.6 and chDB only).
 

@@ -67,6 +67,8 @@ class ClickHouseStore(Store):
             "send_receive_timeout": float(url.options.get("timeout", 300)),
             "settings": {"use_numpy": True, **(server_settings or {})},
         }
+        if url.options.get("alt_hosts"):  # tried in order when the URL's host does not answer
+            common["alt_hosts"] = url.options["alt_hosts"]
         self._client = Client(database=url.database, **common)
         self._admin = Client(database="default", **common)
         self._version: Version | None = None

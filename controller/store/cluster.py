@@ -68,7 +68,8 @@ class ClusterStore(ClickHouseStore):
         return self._topology
 
     def node_url(self, replica: Replica, database: str) -> StoreURL:
-        options = {k: v for k, v in self.url.options.items() if k != "cluster"}
+        # one node exactly: a schema step must not land on an alternative host
+        options = {k: v for k, v in self.url.options.items() if k not in ("cluster", "alt_hosts")}
         return dataclasses.replace(self.url, host=replica.host, port=replica.port, database=database, options=options)
 
     def node_store(self, replica: Replica, database: str) -> ClickHouseStore:
@@ -161,7 +162,7 @@ class ShardStore(Store):
 
     def _call(self, op: Callable[[ClickHouseStore], T]) -> T:
         reasons = []
-        for step in range(len(self._urls)):
+        for step in range(1):
             index = (self._current + step) % len(self._urls)
             try:
                 result = op(self._store(index))

@@ -6,7 +6,10 @@ written with IF NOT EXISTS so a half-applied migration can be re-run.
 On a cluster (a ClusterStore) every node must answer: each statement runs where
 controller/store/cluster_schema.py says (every node, one replica per shard, or once on
 the query node), and schema_migrations is replicated to every node, so a migration is
-recorded once for the whole cluster.
+recorded once for the whole cluster.  The CREATE statements of migrations already
+recorded run again on every node (IF NOT EXISTS: a no-op where the table is), so a node
+added to the cluster gets every table from `dyncc schema apply --cluster` and its data
+by replication.
 """
 
 from __future__ import annotations
@@ -112,16 +115,24 @@ def _apply_on_cluster(store: ClusterStore, todo: list[Migration]) -> ApplyResult
         done = applied_versions(store)
         result = ApplyResult([], [], ".".join(map(str, version)), nodes=len(topology.nodes()))
         for migration in todo:
+            steps = cluster_plan(store, migration.text, version, sharded)
             if migration.version in done:
+                # a node added since (a new replica or shard) gets the tables: CREATE ... IF NOT EXISTS
+                # on every node is a no-op where they exist; data reaches a new replica by replication
+                _run_steps(store, nodes, [s for s in steps if s.where == "every_node" and _creates(s.sql)])
                 result.skipped.append(migration.version)
                 continue
-            _run_steps(store, nodes, cluster_plan(store, migration.text, version, sharded))
+            _run_steps(store, nodes, steps)
             _record(store, migration)
             result.applied.append(migration.version)
         return result
     finally:
         for node in nodes.values():
             node.close()
+
+
+def _creates(sql: str) -> bool:
+    return sql.lstrip().upper().startswith("CREATE ")
 
 
 def _run_steps(

@@ -52,6 +52,10 @@ def parse_store_url(url: str) -> StoreURL:
         database = parts.path.lstrip("/") or "default"
         if not _IDENT.match(database):
             raise StoreError(f"store URL {url!r}: bad database name {database!r}")
+        for alt in filter(None, options.get("alt_hosts", "").split(",")):
+            host, _, alt_port = alt.rpartition(":")
+            if not host or not alt_port.isdigit() or not 0 < int(alt_port) < 65536:
+                raise StoreError(f"store URL {url!r}: bad alt_hosts entry {alt!r} (host:port,host:port)")
         if "cluster" in options and not _IDENT.match(options["cluster"]):
             raise StoreError(f"store URL {url!r}: bad cluster name {options['cluster']!r}")
         return StoreURL(

@@ -210,8 +210,13 @@ def _default_problem(old: dict[str, Any], new: dict[str, Any], row: Any, effecti
     return None if expected == row.default else f"default {want!r} -> {row.default!r}"
 
 
+#: options added since the snapshot was taken, each on purpose (the snapshot is the CLI before
+#: the settings tables, kept to prove that move changed nothing)
+ADDED_SINCE = {"schema --cluster: a new option"}
+
+
 def test_the_command_line_is_unchanged() -> None:
-    assert differences(BEFORE, current_cli()) == []
+    assert [p for p in differences(BEFORE, current_cli()) if p not in ADDED_SINCE] == []
 
 
 def test_a_changed_default_or_flag_is_a_difference() -> None:

@@ -326,6 +326,10 @@ ROWS = [
     row("127.0.0.1:1", "schema", "apply", "--clickhouse", CH),
     row("database", "schema", "status", "--clickhouse", "clickhouse://127.0.0.1:1/bad-db"),
     row("no_such_option", "schema", "apply", "--clickhouse", CH, "--config", "{unknown_toml}"),
+    row("--cluster", "schema", "apply", "--clickhouse", CH, "--cluster", "bad-name"),
+    row("--cluster", "schema", "apply", "--clickhouse", "chdb:///tmp/x", "--cluster", "dyncc"),
+    row("contradicts", "schema", "apply", "--clickhouse", CH + "?cluster=a", "--cluster", "b"),
+    row("cluster", "schema", "apply", "--clickhouse", CH.replace("/default", "/x") + "?cluster=bad-name"),
 ]
 
 

@@ -117,7 +117,8 @@ def test_schema_apply_twice_every_node_has_every_table(cluster_db_url: str) -> N
             node = store.node_store(replica, db)
             try:
                 node.execute("SYSTEM SYNC REPLICA schema_migrations")
-                versions = [int(r[0]) for r in node.query_rows("SELECT version FROM schema_migrations ORDER BY version")]
+                rows = node.query_rows("SELECT version FROM schema_migrations ORDER BY version")
+                versions = [int(r[0]) for r in rows]
             finally:
                 node.close()
             assert versions == [m.version for m in migrations()]
@@ -132,3 +133,70 @@ def test_schema_apply_refuses_a_cluster_the_server_does_not_know(cluster_db_url:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "nosuch" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_replaced_replica_gets_its_tables_and_data_back(cluster_db_url: str) -> None:
+    """A node that lost its databases (a new or rebuilt replica) is given every table by apply
+    and the data by replication: the replicated-to-all state and its shard's telemetry."""
+    store = open_store(cluster_db_url)
+    assert isinstance(store, ClusterStore)
+    try:
+        apply_migrations(store)
+        db, shard_db = store.database, shard_database(store.database)
+        store.execute("INSERT INTO round_outcomes (round_id, pop, status, prefixes) SELECT 'r1', 'p1', 'published', 3")
+        store.execute(  # through the Distributed table: rows go to their shards
+            "INSERT INTO tcpinfo (time, pop, host, prefix, run_id, sequence) "
+            "SELECT toDateTime('2026-11-01 00:00:00'), 'p1', 'h1', concat('2001:db8:', toString(number), '::/56'), 1, 1 "
+            "FROM system.numbers LIMIT 40"
+        )
+        shard2 = store.topology().shards[1]
+        victim, peer = shard2.replicas[1], shard2.replicas[0]
+        node = store.node_store(victim, "default")
+        try:
+            for database in (db, shard_db):
+                node._admin.execute(f"DROP DATABASE IF EXISTS {database}")
+        finally:
+            node.close()
+        assert apply_migrations(store).applied == []
+        counts = {}
+        for replica in (victim, peer):
+            local = store.node_store(replica, shard_db)
+            try:
+                local.execute("SYSTEM SYNC REPLICA tcpinfo")
+                counts[str(replica)] = int(local.query_rows("SELECT count() FROM tcpinfo")[0][0])
+            finally:
+                local.close()
+            state = store.node_store(replica, db)
+            try:
+                state.execute("SYSTEM SYNC REPLICA round_outcomes")
+                assert state.query_rows("SELECT round_id, prefixes FROM round_outcomes") == [("r1", 3)]
+            finally:
+                state.close()
+        assert counts[str(victim)] == counts[str(peer)] > 0
+        assert int(store.query_rows("SELECT count() FROM tcpinfo")[0][0]) == 40
+    finally:
+        store.close()
+
+
+def test_the_query_node_fails_over_to_alt_hosts(cluster_db_url: str) -> None:
+    """The controller's node is down: alt_hosts in the URL names the nodes tried next."""
+    store = open_store(cluster_db_url)
+    try:
+        apply_migrations(store)
+    finally:
+        store.close()
+    first = cluster_db_url.split("@")[1].split("/")[0]
+    down = cluster_db_url.replace(first, "127.0.0.1:1") + f"&alt_hosts={first}"
+    moved = open_store(down)
+    try:
+        assert int(moved.query_rows("SELECT count() FROM schema_migrations")[0][0]) == len(migrations())
+    finally:
+        moved.close()
+
+
+@pytest.mark.parametrize("alt", ["nohostport", "h:0", "h:x", ":19000"])
+def test_bad_alt_hosts_are_refused(alt: str) -> None:
+    from controller.store import StoreError, parse_store_url
+
+    with pytest.raises(StoreError, match="alt_hosts"):
+        parse_store_url(f"clickhouse://127.0.0.1:19000/d?alt_hosts={alt}")

@@ -1,4 +1,6 @@
-"""BatchWriter on both back ends (ClickHouse 18.16 and chDB): rows once, values equal, dead letters, gaps."""
+"""BatchWriter on every back end (ClickHouse 18.16, chDB and the 2 x 2 cluster): rows once, values
+equal, dead letters, gaps.  On the cluster a batch's rows span shards and every shard keeps the
+ledger of its own rows, so the ledger checks read shard by shard (Store.shard_stores)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,29 @@ def _msgs(rows: int, seed: int = 5, **kw: object) -> list[bytes]:
 
 def _count(store: Store, table: str = "tcpinfo") -> int:
     return int(store.query_rows(f"SELECT count() FROM {table}")[0][0])
+
+
+@pytest.fixture(params=["clickhouse", "chdb", "cluster"])
+def store_url(request: pytest.FixtureRequest) -> str:
+    """This module runs on the cluster too (tests/conftest.py's store_url has the other two)."""
+    fixture = {"clickhouse": "clickhouse_db_url", "chdb": "chdb_url", "cluster": "cluster_db_url"}[request.param]
+    return str(request.getfixturevalue(fixture))
+
+
+def _assert_ledger(store: Store, batches: int, rows: int) -> None:
+    """`batches` batches of `rows` rows in all in the ledger, one entry per batch on each shard."""
+    for shard in store.shard_stores():
+        entries, distinct = shard.query_rows("SELECT count(), uniqExact(host, run_id, sequence) FROM ingest_batches")[0]
+        assert int(entries) == int(distinct)
+    found = store.query_rows("SELECT uniqExact(host, run_id, sequence), sum(rows) FROM ingest_batches")[0]
+    assert (int(found[0]), int(found[1])) == (batches, rows)
+
+
+def _verify(store: Store, span: dict[str, object]) -> list[tuple[object, ...]]:
+    """ingest_verify.sql on every shard (one server: the store itself)."""
+    from controller.store.sql import query
+
+    return [row for shard in store.shard_stores() for row in shard.query_rows(query("ingest_verify"), span)]
 
 
 def test_rows_land_once_with_equal_values(store: Store) -> None:
@@ -59,7 +84,7 @@ def test_rows_land_once_with_equal_values(store: Store) -> None:
     ).sort_values(["host", "sequence", "cookie"], ignore_index=True)
     for col in exp.columns:
         assert [str(v) for v in df[col]] == [str(v) for v in exp[col]], col
-    assert store.query_rows("SELECT count(), sum(rows) FROM ingest_batches")[0] == (len(msgs), total)
+    _assert_ledger(store, len(msgs), total)
 
 
 def test_redelivered_batches_are_skipped(store: Store) -> None:
@@ -135,15 +160,15 @@ def test_verify_and_gap_queries(store: Store) -> None:
     msgs = _msgs(1500, seed=9)
     BatchWriter(store).write(msgs)
     span = {"start": dt.datetime(2000, 1, 1), "end": dt.datetime(2100, 1, 1)}
-    assert store.query_rows(query("ingest_verify"), span) == []
+    assert _verify(store, span) == []
     # a batch loaded twice behind the ledger's back (e.g. a server crash between the two parts) shows up
     first = decode_batch(msgs[0])
     store.execute(
         "INSERT INTO tcpinfo SELECT * FROM tcpinfo WHERE host = %(h)s AND sequence = %(s)s",
         {"h": first.host, "s": first.sequence},
     )
-    bad = store.query_rows(query("ingest_verify"), span)
-    assert [(r[0], int(r[2])) for r in bad] == [(first.host, first.sequence)]
+    bad = _verify(store, span)  # on the cluster: on every shard holding rows of the batch
+    assert bad and {(r[0], int(r[2])) for r in bad} == {(first.host, first.sequence)}
     rng = np.random.default_rng(2)
     header = BatchHeader(
         host="edge7", pop="lhr1", run_id=3, poll_start_ns=1_700_000_000 * 10**9, cc_names=["cubic", "bbr"]
@@ -223,4 +248,4 @@ def test_fallback_insert_paths_load_the_same_rows(store: Store) -> None:
     driver = BatchWriter(store, native=False)  # clickhouse-driver's / chDB's own insert
     driver.write(msgs[len(msgs) // 2 :])
     assert _count(store) == total
-    assert store.query_rows("SELECT count(), sum(rows) FROM ingest_batches")[0] == (len(msgs), total)
+    _assert_ledger(store, len(msgs), total)

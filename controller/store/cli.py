@@ -23,7 +23,7 @@ def run(settings: SchemaSettings) -> int:
             for version, name, applied_at in rows:
                 print(f"{int(version):03d}_{name}  applied {applied_at}")
             return 0
-        result = apply_migrations(store)
+        result = apply_migrations(store, converge=True)
         nodes = f", {result.nodes} nodes" if result.nodes > 1 else ""
         print(
             f"schema on {store.url.redacted()} (server {result.server_version}{nodes}): "

@@ -162,7 +162,7 @@ class ShardStore(Store):
 
     def _call(self, op: Callable[[ClickHouseStore], T]) -> T:
         reasons = []
-        for step in range(1):
+        for step in range(len(self._urls)):
             index = (self._current + step) % len(self._urls)
             try:
                 result = op(self._store(index))

@@ -6,10 +6,11 @@ written with IF NOT EXISTS so a half-applied migration can be re-run.
 On a cluster (a ClusterStore) every node must answer: each statement runs where
 controller/store/cluster_schema.py says (every node, one replica per shard, or once on
 the query node), and schema_migrations is replicated to every node, so a migration is
-recorded once for the whole cluster.  The CREATE statements of migrations already
-recorded run again on every node (IF NOT EXISTS: a no-op where the table is), so a node
-added to the cluster gets every table from `dyncc schema apply --cluster` and its data
-by replication.
+recorded once for the whole cluster.  `dyncc schema apply` (converge=True) also runs the
+CREATE statements of migrations already recorded on every node (IF NOT EXISTS: a no-op where
+the table is), so a node added to the cluster gets every table and its data by
+replication.  A component starting up (ingest, rollout, the lab) applies only what is
+pending, so it starts while a replica is down when nothing is.
 """
 
 from __future__ import annotations
@@ -53,10 +54,17 @@ def applied_versions(store: Store) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
-def apply_migrations(store: Store, available: list[Migration] | None = None) -> ApplyResult:
-    """Create the database if needed and apply every migration not yet recorded."""
+def apply_migrations(store: Store, available: list[Migration] | None = None, converge: bool = False) -> ApplyResult:
+    """Create the database if needed and apply every migration not yet recorded.
+
+    A cluster: with nothing pending only the query node is asked (a component starting while a
+    replica is down still starts); `converge` (what `dyncc schema apply` does) also runs the
+    CREATE statements on every node, so a node added since gets its tables.
+    """
     todo = available if available is not None else migrations()
     if isinstance(store, ClusterStore):
+        if not converge and _nothing_pending(store, todo):
+            return ApplyResult([], [m.version for m in todo], ".".join(map(str, store.version())))
         return _apply_on_cluster(store, todo)
     store.ensure_database()
     store.execute(MIGRATIONS_DDL)
@@ -72,6 +80,14 @@ def apply_migrations(store: Store, available: list[Migration] | None = None) -> 
         _record(store, migration)
         result.applied.append(migration.version)
     return result
+
+
+def _nothing_pending(store: ClusterStore, todo: list[Migration]) -> bool:
+    try:
+        done = applied_versions(store)
+    except StoreError:  # no database or table yet (or no query node: the full apply says which)
+        return False
+    return {m.version for m in todo} <= done
 
 
 def _rendered(store: Store, text: str, version: Version) -> str:

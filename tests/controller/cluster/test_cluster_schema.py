@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from controller.store.migrate import apply_migrations
 from controller.store.sql import migrations
 from controller.store.topology import SHARDING_KEY, shard_database
 
+ROOT = Path(__file__).resolve().parents[3]
 SHARDED = frozenset({"tcpinfo", "tcpinfo_5m", "ingest_batches"})
 
 
@@ -146,7 +148,8 @@ def test_a_replaced_replica_gets_its_tables_and_data_back(cluster_db_url: str) -
         store.execute("INSERT INTO round_outcomes (round_id, pop, status, prefixes) SELECT 'r1', 'p1', 'published', 3")
         store.execute(  # through the Distributed table: rows go to their shards
             "INSERT INTO tcpinfo (time, pop, host, prefix, run_id, sequence) "
-            "SELECT toDateTime('2026-11-01 00:00:00'), 'p1', 'h1', concat('2001:db8:', toString(number), '::/56'), 1, 1 "
+            "SELECT toDateTime('2026-11-01 00:00:00'), 'p1', 'h1', "
+            "concat('2001:db8:', toString(number), '::/56'), 1, 1 "
             "FROM system.numbers LIMIT 40"
         )
         shard2 = store.topology().shards[1]
@@ -157,7 +160,13 @@ def test_a_replaced_replica_gets_its_tables_and_data_back(cluster_db_url: str) -
                 node._admin.execute(f"DROP DATABASE IF EXISTS {database}")
         finally:
             node.close()
-        assert apply_migrations(store).applied == []
+        assert apply_migrations(store).applied == []  # a component's start: the query node only
+        node = store.node_store(victim, "default")
+        try:
+            assert int(node.query_rows("SELECT count() FROM system.databases WHERE name = %(d)s", {"d": db})[0][0]) == 0
+        finally:
+            node.close()
+        assert apply_migrations(store, converge=True).applied == []  # dyncc schema apply
         counts = {}
         for replica in (victim, peer):
             local = store.node_store(replica, shard_db)
@@ -200,3 +209,28 @@ def test_bad_alt_hosts_are_refused(alt: str) -> None:
 
     with pytest.raises(StoreError, match="alt_hosts"):
         parse_store_url(f"clickhouse://127.0.0.1:19000/d?alt_hosts={alt}")
+
+
+def _cluster_script(*args: str) -> None:
+    """deploy/cluster.sh with this process's environment (the ports and state dir the cluster uses)."""
+    subprocess.run(["bash", str(ROOT / "deploy" / "cluster.sh"), *args], check=True, timeout=120, capture_output=True)
+
+
+def test_a_component_starts_while_a_replica_is_down_but_schema_apply_names_it(cluster_db_url: str) -> None:
+    store = open_store(cluster_db_url)
+    assert isinstance(store, ClusterStore)
+    try:
+        apply_migrations(store)
+        victim = store.topology().shards[1].replicas[1]  # s2r2
+        _cluster_script("stop-node", "s2r2")
+        try:
+            assert apply_migrations(store).applied == []  # what ingest / rollout / the lab do at start
+            plain_url = cluster_db_url.split("?")[0]
+            cmd = [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", plain_url]
+            done = subprocess.run([*cmd, "--cluster", store.cluster], capture_output=True, text=True, timeout=120)
+            assert done.returncode == 2 and "Traceback" not in done.stderr
+            assert str(victim) in done.stderr and done.stderr.count("\n") == 1, done.stderr
+        finally:
+            _cluster_script("start-node", "s2r2")
+    finally:
+        store.close()

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -44,7 +46,7 @@ def _assert_ledger(store: Store, batches: int, rows: int) -> None:
     assert (int(found[0]), int(found[1])) == (batches, rows)
 
 
-def _verify(store: Store, span: dict[str, object]) -> list[tuple[object, ...]]:
+def _verify(store: Store, span: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """ingest_verify.sql on every shard (one server: the store itself)."""
     from controller.store.sql import query
 

@@ -27,9 +27,12 @@ measures it.  CPU: utime + stime (/proc/<pid>/stat) of each server (the four clu
 ZooKeeper, the single server), found by the TCP port they listen on, read before the loader
 starts and after the load once SYSTEM SYNC REPLICA on every replica has the new parts
 (replication is part of the cluster's cost; merges still running then are not counted).  The
-loaders' CPU is their whole process, start-up included (getrusage of the waited children).
+loaders' CPU is that of their processes (getrusage of the waited children) less the CPU of a
+loader's start-up and shut-down, measured as `dyncc ingest --drain` on an empty topic.
 Printed per scenario: the median and range over the runs of rows/s, of its ratio to `single`
-of the same run, and of CPU seconds per million rows of every process.
+of the same run, and of CPU seconds per million rows of every process.  A server's CPU counts
+whatever else it serves meanwhile: give --clickhouse a server nobody else is using (e.g. one
+started by deploy/clickhouse/clickhouse.sh with its own DYNCC_STACK_DIR and ports).
 
 `--loader-distributed ARGS...` is the internal entry of the `distributed` scenario: `dyncc
 ingest ARGS` with BatchWriter's row insert replaced as described.
@@ -220,12 +223,27 @@ def new_topic(admin: AdminClient) -> str:
     return topic
 
 
+def startup_cpu(kafka: str, admin: AdminClient, url: str) -> float:
+    """CPU seconds of a `dyncc ingest --drain` that finds nothing to load: start-up and shut-down."""
+    topic = new_topic(admin)
+    cmd = [sys.executable, "-m", "controller.cli", "ingest", "--kafka", kafka, "--topic", topic]
+    cmd += ["--group", f"bench-{uuid.uuid4().hex[:8]}", "--clickhouse", url, "--metrics-port", "0"]
+    child0 = children_cpu()
+    try:
+        subprocess.run([*cmd, "--no-migrate", "--drain"], check=True, stderr=subprocess.DEVNULL, timeout=120)
+    finally:
+        for done in admin.delete_topics([topic]).values():
+            done.result(timeout=30)
+    return children_cpu() - child0
+
+
 @dataclass
 class Load:
     """One measured load."""
 
     rows_per_s: float
-    loader_cpu: float  # seconds, all loader processes
+    loader_cpu: float  # seconds, all loader processes, their start-up included
+    loaders: int
     node_cpu: dict[str, float]  # seconds per server process
 
 
@@ -272,8 +290,8 @@ def run_loaders(
                 p.terminate()
         for p in procs:
             p.wait(60)
-        for f in admin.delete_topics([topic]).values():
-            f.result(timeout=30)
+        for done in admin.delete_topics([topic]).values():
+            done.result(timeout=30)
     loader_cpu = children_cpu() - child0
     sync_replicas(url)
     node_cpu = {name: cpu_seconds(pid) - node0[name] for name, pid in servers.items()}
@@ -290,7 +308,7 @@ def run_loaders(
     if got != rows or loaded != rows:
         raise SystemExit(f"expected {rows} rows, the table has {got}, the loaders reported {loaded}")
     span = max(w[1] for w in windows) - min(w[0] for w in windows)
-    return Load(rows / span, loader_cpu, node_cpu)
+    return Load(rows / span, loader_cpu, n, node_cpu)
 
 
 def all_assigned(topic: str, logs: list[Path]) -> bool:
@@ -323,7 +341,7 @@ def spread(values: Sequence[float], fmt: str) -> str:
     return f"{statistics.median(values):{fmt}} [{min(values):{fmt}}-{max(values):{fmt}}]"
 
 
-def report(scenarios: list[Scenario], rows: int) -> None:
+def report(scenarios: list[Scenario], rows: int, startup: float) -> None:
     per_m = 1e6 / rows
     print()
     print(f"rows {rows:,}, {len(scenarios[0].loads)} runs: median [min-max]")
@@ -331,15 +349,25 @@ def report(scenarios: list[Scenario], rows: int) -> None:
     for s in scenarios:
         rates = [load.rows_per_s for load in s.loads]
         print(f"{s.name:<12} {spread(rates, ',.0f'):<28} {spread(s.ratios, '.2f'):<20}")
+    by_name = {s.name: [load.rows_per_s for load in s.loads] for s in scenarios}
+    for a, b in (("distributed", "routed"), ("routed x2", "routed")):
+        ratios = [x / y for x, y in zip(by_name[a], by_name[b], strict=True)]
+        print(f"{a} / {b}: {spread(ratios, '.2f')}")
     print()
-    print("CPU seconds per million rows, median [min-max]")
+    print(
+        f"CPU seconds per million rows, median [min-max]; loader: its processes' CPU less a start-up "
+        f"of {startup:.2f} s each (`dyncc ingest --drain` on an empty topic)"
+    )
     for s in scenarios:
-        parts = [f"loader {spread([load.loader_cpu * per_m for load in s.loads], '.2f')}"]
+        loader = [(load.loader_cpu - startup * load.loaders) * per_m for load in s.loads]
+        parts = [f"loader {spread(loader, '.2f')}"]
         names = list(s.loads[0].node_cpu)
         for name in names:
             parts.append(f"{name} {spread([load.node_cpu[name] * per_m for load in s.loads], '.2f')}")
         servers = [sum(load.node_cpu.values()) * per_m for load in s.loads]
-        everything = [(sum(load.node_cpu.values()) + load.loader_cpu) * per_m for load in s.loads]
+        everything = [
+            (sum(load.node_cpu.values()) + load.loader_cpu - startup * load.loaders) * per_m for load in s.loads
+        ]
         parts.append(f"servers {spread(servers, '.2f')}")
         parts.append(f"all {spread(everything, '.2f')}")
         print(f"  {s.name:<12} " + "; ".join(parts))
@@ -393,7 +421,7 @@ def main() -> int:
     admin = AdminClient({"bootstrap.servers": args.kafka})
 
     def load(name: str, base: str, servers: Mapping[str, int], loaders: int = 1, distributed: bool = False) -> Load:
-        url = fresh_db(base, name.replace(" ", ""))
+        url = fresh_db(base, re.sub(r"\W", "", name))
         try:
             result = run_loaders(loaders, args.kafka, admin, url, msgs, args.rows, servers, distributed)
         finally:
@@ -406,6 +434,8 @@ def main() -> int:
 
     print("warm-up (not counted):")
     load("warm-up", args.clickhouse, single_servers)
+    startup = statistics.median(startup_cpu(args.kafka, admin, args.cluster) for _ in range(3))
+    print(f"  loader start-up: {startup:.2f} s CPU")
     scenarios = [Scenario(n) for n in ("single", "routed", "distributed", "routed x2")]
     for run in range(args.runs):
         print(f"run {run + 1}:")
@@ -419,7 +449,7 @@ def main() -> int:
         for s, result in zip(scenarios, got, strict=True):
             s.loads.append(result)
             s.ratios.append(result.rows_per_s / ref.rows_per_s)
-    report(scenarios, args.rows)
+    report(scenarios, args.rows, startup)
     return 0
 
 

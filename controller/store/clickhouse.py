@@ -58,6 +58,7 @@ class ClickHouseStore(Store):
         logging.getLogger("clickhouse_driver").setLevel(logging.CRITICAL)
         self.url = url
         self._lock = threading.Lock()
+        self._server_settings = dict(server_settings or {})  # the bulk-insert connections' too
         common: dict[str, Any] = {
             "host": url.host,
             "port": url.port,
@@ -220,7 +221,7 @@ class ClickHouseStore(Store):
         # lazy: native imports clickhouse-driver (~130 ms), kept off `import controller.store`
         from controller.store.native import native_client
 
-        client = native_client(self.url)
+        client = native_client(self.url, self._server_settings)
         with self._pool_lock:
             self._connections.append(client)
         return client

@@ -120,9 +120,7 @@ class ClusterStore(ClickHouseStore):
         except StoreContentError:
             raise
         except StoreError as exc:
-            if self._topology is None:
-                raise
-            try:
+            try:  # also when this was the first query (the topology is read here then)
                 missing = self.missing_shards()
             except StoreError:
                 raise exc from None
@@ -171,7 +169,11 @@ class ShardStore(Store):
                 continue
             if index != self._current:
                 log.warning(
-                    "cluster %s %s: now using replica %s", self.cluster, self.shard.describe(), self._urls[index].host
+                    "cluster %s %s: now using replica %s:%d",
+                    self.cluster,
+                    self.shard.describe(),
+                    self._urls[index].host,
+                    self._urls[index].port,
                 )
                 self._current = index
             return result

@@ -24,6 +24,7 @@ from controller.cli import main as dyncc_main
 from controller.scoring.decide import holdout_hash
 from controller.scoring.settings import ScoringConfig
 from controller.store import ClusterStore, open_store
+from controller.store.migrate import apply_migrations
 from controller.store.topology import shard_database, shard_of
 from tests.support import scoring_synth as synth
 
@@ -62,13 +63,13 @@ NEVER = {
     "203.0.33.0/24": synth.SMALL_FLOWS,
 }
 NORMAL = [f"198.18.{i}.0/24" for i in range(100)]
-COLUMNS = ["pop", "prefix", "family", "samples", "qualifying", "counted_buckets", "bad_buckets", "transitions"]
-COLUMNS += ["duty_cycle", "flap_ratio", "median_delivery_rate", "low_delivery_rate", "median_min_rtt_ms"]
-COLUMNS += ["decision", "algorithm", "reason", "holdout", "selected_since", "holdout_since", "cooldown_until"]
-COLUMNS += ["last_seen", "baseline_low_rate", "effect", "holdout_effect"]
-FLOATS = ("duty_cycle", "flap_ratio", "median_delivery_rate", "low_delivery_rate", "median_min_rtt_ms")
-FLOATS += ("baseline_low_rate", "effect", "holdout_effect")
+#: a round's decisions as compared: floats to 1e-9, the rest (texts, integers, times) exactly
+RATES = ("duty_cycle", "flap_ratio", "median_delivery_rate", "low_delivery_rate", "median_min_rtt_ms")
+FLOATS = (*RATES, "baseline_low_rate", "effect", "holdout_effect")
+INTEGERS = ("family", "samples", "qualifying", "counted_buckets", "bad_buckets", "transitions", "holdout")
+TIMES = ("selected_since", "holdout_since", "cooldown_until", "last_seen")
 TEXTS = ("pop", "prefix", "decision", "algorithm", "reason")
+COLUMNS = [*TEXTS, *INTEGERS, *TIMES, *FLOATS]
 
 
 def is_holdout(pop: str, prefix: str) -> bool:
@@ -104,10 +105,6 @@ def all_samples() -> pd.DataFrame:
     return pd.concat([scenario_samples(pop, seed=11 + i) for i, pop in enumerate(POPS)], ignore_index=True)
 
 
-def scenario_prefixes() -> list[str]:
-    return IMPROVES + WORSENS + RECOVERS + list(NEVER) + NORMAL
-
-
 def shards_of(pairs: list[tuple[str, str]], weights: tuple[int, ...] = (1, 1)) -> set[int]:
     """The shard indexes (0-based) the (pop, prefix) pairs live on."""
     return {shard_of(pop, prefix, weights) for pop, prefix in pairs}
@@ -115,8 +112,6 @@ def shards_of(pairs: list[tuple[str, str]], weights: tuple[int, ...] = (1, 1)) -
 
 def load(url: str, samples: pd.DataFrame) -> None:
     """Schema and the samples into the store at `url` (on a cluster: every replica in sync)."""
-    from controller.store.migrate import apply_migrations
-
     store = open_store(url)
     try:
         apply_migrations(store)
@@ -166,11 +161,8 @@ def iso(when: dt.datetime) -> str:
 
 
 def control_args(url: str, when: dt.datetime, publish_dir: Path, key: Path) -> list[str]:
-    return ["control", "--clickhouse", url, "--once", "--at", iso(when), "--publish-dir", str(publish_dir)] + [
-        "--key",
-        str(key),
-        *OPTIONS,
-    ]
+    at = ["--once", "--at", iso(when)]
+    return ["control", "--clickhouse", url, *at, "--publish-dir", str(publish_dir), "--key", str(key), *OPTIONS]
 
 
 def control(url: str, when: dt.datetime, publish_dir: Path, key: Path) -> int:
@@ -178,41 +170,34 @@ def control(url: str, when: dt.datetime, publish_dir: Path, key: Path) -> int:
     return dyncc_main(control_args(url, when, publish_dir, key))
 
 
+def dyncc_subprocess(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """`dyncc ARGV` as its own process (exit code and stderr as a user sees them)."""
+    command = [sys.executable, "-m", "controller.cli", *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
 def control_subprocess(url: str, when: dt.datetime, publish_dir: Path, key: Path) -> subprocess.CompletedProcess[str]:
-    """One `dyncc control --once` round as its own process (exit code and stderr as a user sees them)."""
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli", *control_args(url, when, publish_dir, key)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
+    """One `dyncc control --once` round as its own process."""
+    return dyncc_subprocess(control_args(url, when, publish_dir, key))
 
 
 def round_decisions(store: Store, when: dt.datetime) -> pd.DataFrame:
-    """The selections rows of the round at `when` (COLUMNS), sorted by pop, prefix."""
+    """The selections rows of the round at `when` (COLUMNS, times as epoch seconds), sorted by pop, prefix."""
     import pandas as pd
 
-    ns = int(when.timestamp()) * 1_000_000_000
+    times = [f"toUInt32({c}) AS t_{c}" for c in TIMES]
     df = store.query_df(
-        f"SELECT {', '.join(COLUMNS)}, toUInt32(selected_since) AS ss, toUInt32(holdout_since) AS hs, "
-        "toUInt32(cooldown_until) AS cu, toUInt32(last_seen) AS ls "
-        "FROM selections WHERE round_time_ns = %(ns)s",
-        {"ns": ns},
+        f"SELECT {', '.join([*TEXTS, *INTEGERS, *FLOATS, *times])} FROM selections WHERE round_time_ns = %(ns)s",
+        {"ns": int(when.timestamp()) * 1_000_000_000},
     )
-    out = pd.DataFrame({c: df[c] for c in COLUMNS})
-    for column, source in (("selected_since", "ss"), ("holdout_since", "hs"), ("cooldown_until", "cu")):
-        out[column] = df[source].astype("int64")
-    out["last_seen"] = df["ls"].astype("int64")
-    for column in COLUMNS:
-        if column in FLOATS:
-            out[column] = out[column].astype("float64")
-        elif column in TEXTS:
-            out[column] = [_text(v) for v in out[column]]
-            out[column] = out[column].astype(object)
-        else:
-            out[column] = out[column].astype("int64")
-    return out.sort_values(["pop", "prefix"], kind="stable").reset_index(drop=True)
+    out = pd.DataFrame({c: [_text(v) for v in df[c]] for c in TEXTS}, dtype=object)
+    for column in INTEGERS:
+        out[column] = df[column].to_numpy(dtype="int64")
+    for column in TIMES:
+        out[column] = df[f"t_{column}"].to_numpy(dtype="int64")
+    for column in FLOATS:
+        out[column] = df[column].to_numpy(dtype="float64")
+    return out[COLUMNS].sort_values(["pop", "prefix"], kind="stable").reset_index(drop=True)
 
 
 def assert_same_decisions(got: pd.DataFrame, expected: pd.DataFrame, what: str) -> None:
@@ -229,7 +214,9 @@ def assert_same_decisions(got: pd.DataFrame, expected: pd.DataFrame, what: str) 
 
 def config_rows(store: Store) -> list[tuple[str, int, str, int]]:
     """(pop, version, status, entries) of every config_versions row, in order."""
-    rows = store.query_rows("SELECT pop, version, status, entries FROM config_versions ORDER BY pop, version, created_ns")
+    rows = store.query_rows(
+        "SELECT pop, version, status, entries FROM config_versions ORDER BY pop, version, created_ns"
+    )
     return [(_text(p), int(v), _text(s), int(e)) for p, v, s, e in rows]
 
 

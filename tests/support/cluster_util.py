@@ -1,14 +1,15 @@
-"""Helpers of the cluster ingest tests and bench/cluster_ingest.py: what each shard holds, node control.
+"""Helpers of the cluster ingest tests: what the cluster and each shard hold, node control, loaders.
 
 * expected_rows(): the (host, run_id, sequence, cookie) of every row of some messages;
 * loaded_rows(): the same key of every row the cluster holds, read through the Distributed table;
 * shard_placement(): per shard, the (pop, prefix) pairs its own tcpinfo holds, with the server's
-  sharding key of each (computed on that shard);
+  sharding key of each (computed on that shard); misplaced(): the rows on another shard than
+  topology.shard_of() says, or whose server key differs from topology.shard_key();
 * ledger_mismatches(): per shard, the batches whose ledger rows disagree with the shard's rows;
 * node_answers(): whether a replica's server answers;
 * node_name() / cluster_node(): the deploy/cluster.sh name of a replica, and stop-node / start-node
   with the caller's environment (the cluster's ports and state directory come from it);
-* query_node_url(): a cluster URL with another node as its query node;
+* with_alt_hosts(): a store URL with alternative hosts for its query node;
 * LoaderProcess: `dyncc ingest` as a subprocess (SIGKILL, SIGTERM, its log).
 """
 
@@ -141,11 +142,12 @@ def cluster_node(action: str, node: str) -> None:
     assert done.returncode == 0, f"cluster.sh {action} {node}: {done.stderr[-2000:]}"
 
 
-def query_node_url(url: str, replica: Replica) -> str:
-    """The cluster store URL `url` with `replica` as its query node."""
+def with_alt_hosts(url: str, *replicas: Replica) -> str:
+    """The store URL `url` with `replicas` as its alt_hosts (tried when the query node does not answer)."""
     parts = urllib.parse.urlsplit(url)
-    auth = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"{auth}{replica.host}:{replica.port}"))
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    query["alt_hosts"] = ",".join(str(r) for r in replicas)
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(query)))
 
 
 class LoaderProcess:

@@ -1,13 +1,16 @@
-"""Ingest into the ClickHouse cluster (2 shards x 2 replicas) from the real Kafka broker.
+"""Ingest into the ClickHouse cluster (2 shards x 2 replicas), from the real Kafka broker.
 
 Every row lands exactly once, on the shard its (pop, prefix) belongs to, with each shard's
-ledger matching the rows it holds: after a drain, with a replica stopped mid-stream, with
-the loader SIGKILLed between its insert and its commit (and at random points while
-loading), and when a crash left a batch on one shard only.
+ledger matching the rows it holds: after a drain; with a replica (also the query node)
+stopped mid-stream; with the loader SIGKILLed between its insert and its commit and at
+random points while loading; with the loader SIGKILLed while one shard refuses its rows;
+and when a crash left batches on one shard only (BatchWriter, no Kafka).  Also: a bulk
+insert into a Distributed table returns only once every shard has its rows.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -26,7 +29,7 @@ from controller.ingest.columns import prepare
 from controller.ingest.kafka import CRASH_ENV
 from controller.ingest.shards import row_shards, take_rows
 from controller.ingest.writer import BatchWriter
-from controller.store import ClusterStore, StoreError, open_store
+from controller.store import ClusterStore, Store, StoreError, open_store
 from controller.store.migrate import apply_migrations
 from controller.store.topology import shard_database, shard_of
 from schemas.tcpinfo_decode import decode_all, scan_batch
@@ -39,12 +42,12 @@ from tests.support.cluster_util import (
     misplaced,
     node_answers,
     node_name,
-    query_node_url,
     shard_placement,
+    with_alt_hosts,
 )
 from tests.support.ingest_kafka import count_rows, create_topic, make_msgs, produce, total_rows
 
-pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
+pytestmark = pytest.mark.clickhouse
 
 Messages = list[tuple[str, bytes]]
 
@@ -112,6 +115,30 @@ def _committed(brokers: str, group: str, topic: str, partitions: int) -> int:
         consumer.close()
 
 
+def _rows(shard: Store, table: str = "tcpinfo") -> int:
+    return int(shard.query_rows(f"SELECT count() FROM {table}")[0][0])
+
+
+@contextlib.contextmanager
+def _shard_table_renamed(cluster: ClusterStore, shard: int, old: str, new: str) -> Iterator[None]:
+    """A sharded table renamed on every replica of a shard (0-based), named back afterwards."""
+    replicas = cluster.topology().shards[shard].replicas
+
+    def rename(a: str, b: str) -> None:
+        for replica in replicas:
+            node = cluster.node_store(replica, shard_database(cluster.database))
+            try:
+                node.execute(f"RENAME TABLE {a} TO {b}")
+            finally:
+                node.close()
+
+    rename(old, new)
+    try:
+        yield
+    finally:
+        rename(new, old)
+
+
 def _assert_every_row_once_on_its_shard(store: ClusterStore, url: str, msgs: Messages) -> None:
     want = expected_rows(msgs)
     assert max(want.values()) == 1  # the data itself has no repeated (host, run_id, sequence, cookie)
@@ -125,6 +152,7 @@ def _assert_every_row_once_on_its_shard(store: ClusterStore, url: str, msgs: Mes
     assert ledger_mismatches(store) == []
 
 
+@pytest.mark.kafka
 def test_drain_loads_every_row_once_each_on_its_shard(
     kafka_brokers: str, kafka_topic: str, cluster_db_url: str, cluster: ClusterStore
 ) -> None:
@@ -144,30 +172,29 @@ def test_drain_loads_every_row_once_each_on_its_shard(
             assert server_shard == index == shard_of(pop, prefix, cluster.shard_weights()), (pop, prefix)
 
 
+@pytest.mark.kafka
 @pytest.mark.slow
 def test_replica_stopped_mid_stream_loader_fails_over_then_the_replica_catches_up(
     kafka_brokers: str, kafka_topic: str, cluster_db_url: str, cluster: ClusterStore, tmp_path: Path
 ) -> None:
-    """Shard 1's first replica (the one the loader writes to) is stopped while a stream is loaded.
-
-    The loader's query node is shard 2's last replica: a store URL names one query node, so
-    stopping that node is a different failure (the loader's look-ups on it wait for it).
-    """
+    """s1r1 is stopped while a stream is loaded: the first replica of shard 1, which the loader
+    writes to, and the loader's query node, whose URL names shard 2's last replica in alt_hosts
+    (docs/cluster.md).  The second PoP's hosts first appear while s1r1 is down: the loader asks
+    the query node for their runs' last sequence, which the alternative host answers."""
     shards = cluster.topology().shards
     victim, peer = shards[0].replicas[0], shards[0].replicas[1]
-    url = query_node_url(cluster_db_url, shards[-1].replicas[-1])
+    assert (victim.host, victim.port) == (cluster.url.host, cluster.url.port)  # also the query node
+    url = with_alt_hosts(cluster_db_url, shards[-1].replicas[-1])
     partitions = 3
     create_topic(kafka_brokers, kafka_topic, partitions=partitions)
-    msgs = _msgs(24000, seed=21)
-    want = total_rows(msgs)
-    chunks = [msgs[i : i + 12] for i in range(0, len(msgs), 12)]
-    produced = threading.Event()
+    first = make_msgs(24000, seed=21, hosts=4, pop="fra1")
+    second = make_msgs(12000, seed=22, hosts=3, pop="ams1")
+    chunks = [first[i : i + 8] for i in range(0, len(first), 8)]
 
-    def stream() -> None:  # about 8 s of traffic
+    def stream() -> None:  # about 6 s of traffic
         for chunk in chunks:
             produce(kafka_brokers, kafka_topic, chunk)
-            time.sleep(8 / len(chunks))
-        produced.set()
+            time.sleep(6 / len(chunks))
 
     args = ("--max-rows", "3000", "--min-rows", "500", "--max-wait", "200ms", "--backoff-max", "2s")
     loader = LoaderProcess(tmp_path / "loader.log", *_ingest_args(kafka_brokers, kafka_topic, url, *args))
@@ -175,20 +202,20 @@ def test_replica_stopped_mid_stream_loader_fails_over_then_the_replica_catches_u
     stopped = False
     try:
         producer.start()
-        _wait(lambda: _loaded(url) >= want // 5, 60, "a fifth of the stream loaded", loader)
-        cluster_node("stop-node", node_name(cluster, victim))
+        _wait(lambda: _loaded(url) >= total_rows(first) // 4, 60, "a quarter of the stream loaded", loader)
+        cluster_node("stop-node", node_name(cluster, victim))  # returns once the server is gone
         stopped = True
+        assert not node_answers(cluster, victim)
         at_stop = _loaded(url)
-        assert not node_answers(cluster, victim)
-        # the loader keeps going on the other replica: the whole stream loaded and committed
-        _wait(produced.is_set, 60, "the stream produced")
-        group = f"g-{kafka_topic}"
+        producer.join(60)
+        produce(kafka_brokers, kafka_topic, second)
+        # the loader keeps going on the other replica: every message loaded and committed
+        group, everything = f"g-{kafka_topic}", len(first) + len(second)
         _wait(
-            lambda: _committed(kafka_brokers, group, kafka_topic, partitions) == len(msgs), 60, "all committed", loader
+            lambda: _committed(kafka_brokers, group, kafka_topic, partitions) == everything, 60, "all committed", loader
         )
-        assert _loaded(url) > at_stop  # rows kept arriving on the peer while the replica was down
+        assert _loaded(url) > at_stop  # rows kept arriving while the replica was down
         assert re.search(r"shard 1 .*now using replica", loader.log), loader.log[-3000:]
-        assert not node_answers(cluster, victim)
         cluster_node("start-node", node_name(cluster, victim))
         stopped = False
     finally:
@@ -210,36 +237,43 @@ def test_replica_stopped_mid_stream_loader_fails_over_then_the_replica_catches_u
             ]
         finally:
             node.close()
+    on_shard2 = sum(n for n, _, _ in shard_placement(cluster)[1].values())
     assert counts[victim] == counts[peer], counts
-    assert counts[victim][0] == sum(n for n, _, _ in shard_placement(cluster)[0].values())
-    _assert_every_row_once_on_its_shard(cluster, cluster_db_url, msgs)
+    assert counts[victim][0] == total_rows(first + second) - on_shard2
+    _assert_every_row_once_on_its_shard(cluster, cluster_db_url, first + second)
 
 
+@pytest.mark.kafka
+@pytest.mark.slow
 def test_loader_sigkilled_between_insert_and_commit_and_while_loading_no_duplicates(
     kafka_brokers: str, kafka_topic: str, cluster_db_url: str, cluster: ClusterStore, tmp_path: Path
 ) -> None:
     create_topic(kafka_brokers, kafka_topic, partitions=2)
     msgs = _msgs(16000, seed=31)
     produce(kafka_brokers, kafka_topic, msgs)
-    args = _ingest_args(
-        kafka_brokers, kafka_topic, cluster_db_url, "--drain", "--max-rows", "2000", "--min-rows", "500"
-    )
-    crashed = _ingest(*args, env={CRASH_ENV: "1"})
+    drain = _ingest_args(kafka_brokers, kafka_topic, cluster_db_url, "--drain")
+    crashed = _ingest(*drain, "--max-rows", "2000", "--min-rows", "500", env={CRASH_ENV: "1"})
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-2000:]
     assert "SIGKILL after the insert, before the commit" in crashed.stderr
     # the flush's rows landed on both shards, its offsets were not committed
     assert all(sum(n for n, _, _ in pairs.values()) for pairs in shard_placement(cluster))
+    # The restarted loaders wait for more rows before they flush, so their groups differ from
+    # the crashed loader's (its first group is what its first poll returned): they do not send
+    # its blocks again, which the replicated tables would drop by checksum.  Only the ledgers
+    # keep the batches from being loaded twice.
     logs = []
-    for attempt in range(2):  # SIGKILLed from outside as soon as more rows landed
+    for attempt, limits in enumerate((("16000", "8000"), ("10000", "5000"))):  # SIGKILLed once more rows landed
         before = _loaded(cluster_db_url)
-        loader = LoaderProcess(tmp_path / f"killed{attempt}.log", *args)
+        loader = LoaderProcess(
+            tmp_path / f"killed{attempt}.log", *drain, "--max-rows", limits[0], "--min-rows", limits[1]
+        )
         try:
             _wait(lambda: _loaded(cluster_db_url) > before or not loader.alive(), 60, "more rows")  # noqa: B023
         finally:
             rc = loader.kill()
         logs.append(loader.log)
         assert rc in (-signal.SIGKILL, 0), loader.log[-3000:]
-    done = _ingest(*args)
+    done = _ingest(*drain)  # the default limits: one group of everything left
     assert done.returncode == 0, done.stderr[-3000:]
     logs.append(done.stderr)
     _assert_every_row_once_on_its_shard(cluster, cluster_db_url, msgs)
@@ -284,3 +318,56 @@ def test_batch_on_one_shard_only_is_completed_on_the_other(cluster_db_url: str, 
     finally:
         writer.close()
     _assert_every_row_once_on_its_shard(cluster, cluster_db_url, msgs)
+
+
+@pytest.mark.kafka
+def test_loader_killed_while_one_shard_refuses_its_rows_restarted_loads_only_the_missing_shard(
+    kafka_brokers: str, kafka_topic: str, cluster_db_url: str, cluster: ClusterStore, tmp_path: Path
+) -> None:
+    """Shard 2's tcpinfo is renamed away on both its replicas: the loader's shard-1 insert lands,
+    its shard-2 insert fails, and it is SIGKILLed while retrying (a crash between the two shards'
+    inserts, through Kafka).  With the table back, a restarted loader loads the rows shard 2
+    misses and nothing twice on shard 1."""
+    create_topic(kafka_brokers, kafka_topic, partitions=1)
+    msgs = _msgs(6000, seed=61)
+    produce(kafka_brokers, kafka_topic, msgs)
+    shard1, shard2 = cluster.shard_stores()
+    drain = _ingest_args(kafka_brokers, kafka_topic, cluster_db_url, "--drain", "--backoff-max", "1s")
+    with _shard_table_renamed(cluster, 1, "tcpinfo", "tcpinfo_away"):
+        loader = LoaderProcess(tmp_path / "refused.log", *drain)
+        try:
+            _wait(lambda: _rows(shard1) > 0 and loader.log.count("store unavailable") >= 2, 60, "retrying", loader)
+        finally:
+            loader.kill()
+        assert _rows(shard2, "tcpinfo_away") == 0
+        on_shard1 = _rows(shard1)
+    done = _ingest(*drain)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = re.search(r"loaded (\d+) rows in", done.stderr)
+    assert loaded and int(loaded.group(1)) == total_rows(msgs) - on_shard1, done.stderr[-3000:]
+    _assert_every_row_once_on_its_shard(cluster, cluster_db_url, msgs)
+
+
+def test_bulk_insert_into_the_distributed_table_waits_for_every_shard_and_uses_alt_hosts(
+    cluster_db_url: str, cluster: ClusterStore
+) -> None:
+    """ClusterStore.bulk_insert (the Native insert) into the query node's Distributed tcpinfo
+    returns once every shard has its rows (insert_distributed_sync, as the store's other
+    statements) and reaches the query node through alt_hosts as they do.  The writer on a
+    one-shard cluster and bench/cluster_ingest.py's `distributed` strategy insert this way."""
+    group, bad = decode_all([scan_batch(m) for _, m in _msgs(3000, seed=51)])
+    assert not bad
+    columns, rows = prepare(group)
+    want = np.bincount(row_shards(columns, cluster.shard_weights()), minlength=2).tolist()
+    first = cluster.topology().shards[0].replicas[0]
+    assert str(first) in cluster_db_url
+    down = open_store(cluster_db_url.replace(str(first), "127.0.0.1:1") + f"&alt_hosts={first}")
+    try:
+        down.bulk_insert("tcpinfo", columns, rows)
+        assert [_rows(shard) for shard in cluster.shard_stores()] == want  # no rows still on their way
+        # shard 2 cannot take rows: an asynchronous insert would return and keep them queued
+        with _shard_table_renamed(cluster, 1, "tcpinfo", "tcpinfo_away"), pytest.raises(StoreError, match="tcpinfo"):
+            down.bulk_insert("tcpinfo", columns, rows)
+    finally:
+        down.close()
+    assert [_rows(shard) for shard in cluster.shard_stores()] == want

@@ -25,6 +25,7 @@ import pytest
 
 from controller.cli import main as dyncc_main
 from controller.store import ClusterStore, open_store
+from controller.store.migrate import apply_migrations
 from tests.conftest import CLUSTER_URL, clickhouse_url_for, cluster_url_for, drop_cluster_database, unique_name
 from tests.support import cluster_scoring_util as cs
 from tests.support import report_synth as rs
@@ -193,9 +194,8 @@ def test_rounds_cover_hysteresis_holdout_revert_on_both_shards(scenario: Scenari
         assert cs.shards_of(pairs) == {0, 1}, f"{kind}: {sorted(set(pairs))}"
     # the reverted prefixes are selected again once their cooldown is over
     reverted = set(zip(rows.loc[kinds["revert"], "pop"], rows.loc[kinds["revert"], "prefix"], strict=True))
-    last = rows[rows["round"] == len(cs.ROUNDS) - 1]
-    again = set(zip(last.loc[last["decision"] == "select", "pop"], last.loc[last["decision"] == "select", "prefix"]))
-    assert reverted and again == reverted
+    last = rows[(rows["round"] == len(cs.ROUNDS) - 1) & (rows["decision"] == "select")]
+    assert reverted and set(zip(last["pop"], last["prefix"], strict=True)) == reverted
 
 
 def test_explain_is_the_same_on_the_cluster(scenario: Scenario) -> None:
@@ -233,15 +233,16 @@ def test_report_with_configs_and_raw_buckets_is_the_same(
     for url in (cluster_db_url, clickhouse_db_url):
         store = open_store(url)
         try:
-            from controller.store.migrate import apply_migrations
-
             apply_migrations(store)
             rs.insert(store)
         finally:
             store.close()
     cs.sync_replicas(cluster_db_url)
     short = rs.T0 + dt.timedelta(hours=2)
-    windows = {"rollup": [], "raw": ["--since", short.isoformat(), "--until", (short + dt.timedelta(minutes=30)).isoformat()]}
+    windows = {
+        "rollup": [],
+        "raw": ["--since", short.isoformat(), "--until", (short + dt.timedelta(minutes=30)).isoformat()],
+    }
     for label, window in windows.items():
         pages = []
         for i, url in enumerate((cluster_db_url, clickhouse_db_url)):
@@ -281,13 +282,21 @@ def test_a_round_needs_every_shard_and_fails_over_to_a_replica(
             cs.cluster_sh("stop-node", "s2r1")
             cs.cluster_sh("stop-node", "s2r2")
             done = cs.control_subprocess(cluster_db_url, second, published, key)
+            # explain and report refuse too, naming the shard, rather than answer from half the data
+            explain = cs.dyncc_subprocess(
+                ["control", "--clickhouse", cluster_db_url, "explain", "--pop", "lax", "--prefix", cs.WORSENS[0]]
+            )
+            report = cs.dyncc_subprocess(["report", "--clickhouse", cluster_db_url, "-o", str(tmp_path / "r.html")])
         finally:
             cs.cluster_sh("start-node", "s2r1")
             cs.cluster_sh("start-node", "s2r2")
         assert done.returncode != 0
-        assert "round failed" in done.stderr and "no replica answers for shard 2" in done.stderr, done.stderr
-        assert all(str(r) in done.stderr for r in shard2.replicas), done.stderr
-        assert "Traceback" not in done.stderr
+        assert "round failed" in done.stderr
+        for failed in (done, explain, report):
+            assert failed.returncode != 0 and "Traceback" not in failed.stderr, failed.stderr
+            assert "no replica answers for shard 2" in failed.stderr, failed.stderr
+            assert all(str(r) in failed.stderr for r in shard2.replicas), failed.stderr
+        assert not (tmp_path / "r.html").exists()
         # nothing published, nothing recorded
         assert cs.config_rows(cluster) == configs
         assert {p.name: p.read_bytes() for p in published.iterdir()} == files

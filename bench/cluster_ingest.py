@@ -57,9 +57,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
 
+from bench.ingest import new_topic, produce
 from controller.store import ClusterStore, Store, open_store
 from controller.store.migrate import apply_migrations
 from controller.store.topology import shard_database
@@ -192,35 +192,6 @@ def sync_replicas(url: str) -> None:
 
 
 # ------------------------------------------------------------------ Kafka and loaders
-
-
-def produce(kafka: str, topic: str, msgs: Messages) -> None:
-    producer = Producer(
-        {
-            "bootstrap.servers": kafka,
-            "linger.ms": 20,
-            "batch.size": 1 << 20,
-            "queue.buffering.max.kbytes": 1 << 20,
-            "compression.type": "zstd",
-            "compression.level": 1,
-        }
-    )
-    for host, value in msgs:
-        while True:
-            try:
-                producer.produce(topic, key=host.encode(), value=value)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        producer.poll(0)
-    assert producer.flush(120) == 0
-
-
-def new_topic(admin: AdminClient) -> str:
-    topic = f"bench_cingest_{uuid.uuid4().hex[:8]}"
-    for f in admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)]).values():
-        f.result(timeout=30)
-    return topic
 
 
 def startup_cpu(kafka: str, admin: AdminClient, url: str) -> float:

@@ -49,6 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.scoring import FILL_SQL as SCORING_FILL_SQL
 from controller.scoring.round import RoundResult, run_round
 from controller.scoring.settings import ScoringConfig
 from controller.store import ClickHouseStore, ClusterStore, Store, open_store
@@ -63,35 +64,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 SYNCED = ("scoring_buckets", "scoring_versions", "selections", "round_outcomes")
 SYNC_TIMEOUT = 3600  # seconds
 
-FILL_SQL = """
-INSERT INTO tcpinfo_5m
-SELECT
-    %(bucket)s AS bucket,
-    %(pop)s AS pop,
-    concat(IPv4NumToString(toUInt32(167772160 + p * 256)), '/24') AS prefix,
-    toUInt8(4) AS family,
-    countState() AS samples,
-    countIfState(ba > 102400) AS qualifying,
-    quantilesState(0.05, 0.1, 0.5)(dr) AS delivery_rate_q,
-    quantilesIfState(0.05, 0.1, 0.5)(dr, ba > 102400) AS delivery_rate_qual_q,
-    quantilesIfState(0.1, 0.5)(mr, ba > 102400) AS min_rtt_qual_q,
-    quantilesState(0.5, 0.9)(toFloat64(0)) AS retrans_ratio_q,
-    sumState(ba) AS bytes_acked_sum,
-    sumState(ba) AS bytes_sent_sum,
-    sumState(toUInt64(0)) AS bytes_retrans_sum
-FROM
-(
-    SELECT
-        intDiv(number, %(k)s) AS p,
-        -- per-prefix base rate (1-20 MB/s) times per-sample noise (0.5x-1.5x)
-        toUInt64((1000000 + (sipHash64(p) % 19000000))
-                 * (0.5 + (sipHash64(number, %(salt)s) % 1000) / 1000.)) AS dr,
-        toUInt32(5000 + sipHash64(p, 1) % 95000) AS mr,
-        toUInt64(50000 + sipHash64(number, %(salt)s, 2) % 1000000) AS ba
-    FROM numbers(%(rows)s)
-)
-GROUP BY p
-"""
+# the same per-bucket fill as bench/scoring.py
+FILL_SQL = SCORING_FILL_SQL
 
 
 # ------------------------------------------------------------------ CPU of the servers

@@ -107,7 +107,7 @@ def _client(url: str, query: str, stdin: Path | None = None, stdout: Path | None
                 f.close()
 
 
-def _produce(kafka: str, topic: str, msgs: list[tuple[str, bytes]], **extra: object) -> None:
+def produce(kafka: str, topic: str, msgs: list[tuple[str, bytes]], **extra: object) -> None:
     producer = Producer(
         {
             "bootstrap.servers": kafka,
@@ -128,7 +128,7 @@ def _produce(kafka: str, topic: str, msgs: list[tuple[str, bytes]], **extra: obj
     assert producer.flush(120) == 0
 
 
-def _topic(admin: AdminClient) -> str:
+def new_topic(admin: AdminClient) -> str:
     topic = f"bench_ingest_{uuid.uuid4().hex[:8]}"
     for f in admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)]).values():
         f.result(timeout=30)
@@ -150,10 +150,10 @@ def _loaders(
     Several: they start first and the messages are produced once every loader
     holds partitions (no rebalance inside the timed window); then SIGTERM.
     """
-    topic = _topic(admin)
+    topic = new_topic(admin)
     group = f"bench-{uuid.uuid4().hex[:8]}"
     if n == 1:
-        _produce(kafka, topic, msgs, **produce_cfg)
+        produce(kafka, topic, msgs, **produce_cfg)
     procs = []
     for i in range(n):
         log = open(Path(tempfile.gettempdir()) / f"bench_ingest_{group}_{i}.log", "w+")  # noqa: SIM115
@@ -187,7 +187,7 @@ def _loaders(
                 time.sleep(0.2)
             else:
                 raise SystemExit("loaders did not get partitions within 60 s")
-            _produce(kafka, topic, msgs, **produce_cfg)
+            produce(kafka, topic, msgs, **produce_cfg)
         deadline = time.monotonic() + 600
         while _count(url) < rows and procs[0][0].poll() is None:
             if time.monotonic() > deadline:

@@ -80,14 +80,6 @@ client() {
     clickhouse-client --host 127.0.0.1 --port "$(tcp_port "$node")" "$@"
 }
 
-server_bin() {
-    local b
-    for b in "$(command -v clickhouse-server 2>/dev/null || true)" /usr/sbin/clickhouse-server /usr/bin/clickhouse-server; do
-        [[ -n $b && -x $b ]] && { echo "$b"; return 0; }
-    done
-    return 1
-}
-
 # check_free NAME PORT...: die if another process listens on one of the ports.
 check_free() {
     local name=$1 p

@@ -77,3 +77,12 @@ port_open() {
     local port=$1 host=${2:-127.0.0.1}
     (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
 }
+
+# server_bin: the clickhouse-server binary (PATH, then Debian's locations); fails if none.
+server_bin() {
+    local b
+    for b in "$(command -v clickhouse-server 2>/dev/null || true)" /usr/sbin/clickhouse-server /usr/bin/clickhouse-server; do
+        [[ -n $b && -x $b ]] && { echo "$b"; return 0; }
+    done
+    return 1
+}

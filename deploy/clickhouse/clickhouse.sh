@@ -27,14 +27,6 @@ WAIT_TIMEOUT=${DYNCC_CH_WAIT_TIMEOUT:-60}
 POLICY_RC=/usr/sbin/policy-rc.d
 _policy_added=0
 
-server_bin() {
-    local b
-    for b in "$(command -v clickhouse-server 2>/dev/null || true)" /usr/sbin/clickhouse-server /usr/bin/clickhouse-server; do
-        [[ -n $b && -x $b ]] && { echo "$b"; return 0; }
-    done
-    return 1
-}
-
 client() {
     clickhouse-client --host 127.0.0.1 --port "$TCP_PORT" "$@"
 }

@@ -35,3 +35,15 @@ def consume(brokers: str, topic: str, want: int, timeout: float = 30.0) -> list[
     finally:
         c.close()
     return got
+
+
+def committed_total(brokers: str, group: str, topic: str, partitions: int) -> int:
+    """Sum of the group's committed offsets over the topic's partitions, read without joining the group."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return sum(max(tp.offset, 0) for tp in got)
+    finally:
+        consumer.close()

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from controller.ingest.columns import prepare
 from controller.ingest.kafka import CRASH_ENV
@@ -46,6 +45,7 @@ from tests.support.cluster_util import (
     with_alt_hosts,
 )
 from tests.support.ingest_kafka import count_rows, create_topic, make_msgs, produce, total_rows
+from tests.support.kafka import committed_total
 
 pytestmark = pytest.mark.clickhouse
 
@@ -103,16 +103,6 @@ def _loaded(url: str) -> int:
         return count_rows(url)
     except StoreError:
         return -1
-
-
-def _committed(brokers: str, group: str, topic: str, partitions: int) -> int:
-    """Sum of the group's committed offsets, read without joining the group."""
-    consumer = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
-    try:
-        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return sum(max(tp.offset, 0) for tp in got)
-    finally:
-        consumer.close()
 
 
 def _rows(shard: Store, table: str = "tcpinfo") -> int:
@@ -212,7 +202,10 @@ def test_replica_stopped_mid_stream_loader_fails_over_then_the_replica_catches_u
         # the loader keeps going on the other replica: every message loaded and committed
         group, everything = f"g-{kafka_topic}", len(first) + len(second)
         _wait(
-            lambda: _committed(kafka_brokers, group, kafka_topic, partitions) == everything, 60, "all committed", loader
+            lambda: committed_total(kafka_brokers, group, kafka_topic, partitions) == everything,
+            60,
+            "all committed",
+            loader,
         )
         assert _loaded(url) > at_stop  # rows kept arriving while the replica was down
         assert re.search(r"shard 1 .*now using replica", loader.log), loader.log[-3000:]

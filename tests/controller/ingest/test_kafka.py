@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 
 from controller.ingest.kafka import CRASH_ENV, KafkaConfig, KafkaLoader
 from controller.ingest.writer import BatchWriter
@@ -20,6 +19,7 @@ from controller.store import open_store
 from controller.store.migrate import apply_migrations
 from dyncc_common.runtime import StopFlag
 from tests.support.ingest_kafka import count_rows, create_topic, dup_count, make_msgs, produce, total_rows
+from tests.support.kafka import committed_total
 from tests.support.private_server import PrivateServer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
@@ -102,16 +102,6 @@ def private_clickhouse(clickhouse_db_url: str) -> Iterator[PrivateServer]:
 PRIVATE_CLICKHOUSE_URL = "clickhouse://default:@127.0.0.1:19400/dingest_outage?connect_timeout=1&timeout=10"
 
 
-def _committed(brokers: str, group: str, topic: str, partitions: int) -> int:
-    """Sum of the group's committed offsets, read without joining the group."""
-    consumer = Consumer({"bootstrap.servers": brokers, "group.id": group, "enable.auto.commit": False})
-    try:
-        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
-        return sum(max(tp.offset, 0) for tp in got)
-    finally:
-        consumer.close()
-
-
 def _wait(cond: object, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -148,7 +138,7 @@ def test_clickhouse_down_mid_run_then_back_every_row_once(
     try:
         produce(kafka_brokers, kafka_topic, first)
         _wait(lambda: count_rows(url) == total_rows(first), 40, "first half loaded")
-        _wait(lambda: _committed(kafka_brokers, group, kafka_topic, 3) == len(first), 20, "first half committed")
+        _wait(lambda: committed_total(kafka_brokers, group, kafka_topic, 3) == len(first), 20, "first half committed")
         private_clickhouse.stop()
         produce(kafka_brokers, kafka_topic, second)
         retries = writer.metrics.registry
@@ -159,7 +149,7 @@ def test_clickhouse_down_mid_run_then_back_every_row_once(
         )
         time.sleep(1.0)
         assert loader.paused
-        assert _committed(kafka_brokers, group, kafka_topic, 3) == len(first)  # nothing committed while down
+        assert committed_total(kafka_brokers, group, kafka_topic, 3) == len(first)  # nothing committed while down
         private_clickhouse.start()
         _wait(
             lambda: count_rows(url) >= total_rows(first) + total_rows(second) and not loader.paused,
@@ -167,7 +157,7 @@ def test_clickhouse_down_mid_run_then_back_every_row_once(
             "second half loaded",
         )
         _wait(
-            lambda: _committed(kafka_brokers, group, kafka_topic, 3) == len(first) + len(second),
+            lambda: committed_total(kafka_brokers, group, kafka_topic, 3) == len(first) + len(second),
             20,
             "second half committed",
         )

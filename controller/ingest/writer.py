@@ -488,9 +488,16 @@ class BatchWriter:
         return {"host": ("String", [h for h, _ in ordered]), "run_id": ("UInt64", [r for _, r in ordered])}
 
     def _ledger_max(self, keys: set[Key]) -> dict[Key, int]:
-        """The last sequence in the ledger per (host, run_id) of `keys` (absent: none loaded)."""
-        rows = self.store.query_rows_with(query("ingest_ledger_last"), self._runs(keys))
-        out = {(str(h), int(r)): int(s) for h, r, s in rows}
+        """The last sequence in the ledger per (host, run_id) of `keys` (absent: none loaded).
+
+        Read shard by shard from the replicas the rows go to (on a cluster a Distributed read
+        may reach a replica still fetching the last inserts, and see gaps that are not there).
+        """
+        out: dict[Key, int] = {}
+        for shard in self.store.shard_stores():
+            for h, r, s in shard.query_rows_with(query("ingest_ledger_last"), self._runs(keys)):
+                key = (str(h), int(r))
+                out[key] = max(out.get(key, 0), int(s))
         return {k: v for k, v in out.items() if k in keys}
 
     def _recorded_gaps(self, keys: set[Key]) -> list[Gap]:

@@ -13,7 +13,6 @@ that each early round publishes a new config version.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -23,10 +22,11 @@ from typing import TYPE_CHECKING
 from controller.cli import main as dyncc_main
 from controller.scoring.decide import holdout_hash
 from controller.scoring.settings import ScoringConfig
-from controller.store import ClusterStore, open_store
+from controller.store import open_store
 from controller.store.migrate import apply_migrations
-from controller.store.topology import shard_database, shard_of
+from controller.store.topology import shard_of
 from tests.support import scoring_synth as synth
+from tests.support.cluster_util import sync_replicas
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -120,40 +120,6 @@ def load(url: str, samples: pd.DataFrame) -> None:
         store.close()
     if "cluster=" in url:
         sync_replicas(url)
-
-
-def sync_replicas(url: str) -> None:
-    """SYSTEM SYNC REPLICA of every replicated table of the URL's databases, on every node."""
-    store = open_store(url)
-    assert isinstance(store, ClusterStore)
-    try:
-        databases = (store.database, shard_database(store.database))
-        for replica in store.topology().nodes():
-            node = store.node_store(replica, "default")
-            try:
-                rows = node.query_rows(
-                    "SELECT database, name FROM system.tables WHERE database IN (%(a)s, %(b)s) "
-                    "AND engine LIKE 'Replicated%%'",
-                    {"a": databases[0], "b": databases[1]},
-                )
-                for database, table in rows:
-                    node.execute(f"SYSTEM SYNC REPLICA {database}.{table}")
-            finally:
-                node.close()
-    finally:
-        store.close()
-
-
-def cluster_sh(action: str, node: str) -> None:
-    """deploy/cluster.sh ACTION NODE with this process's env (the cluster it started)."""
-    done = subprocess.run(
-        ["bash", str(REPO / "deploy" / "cluster.sh"), action, node],
-        env=dict(os.environ),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, f"cluster.sh {action} {node}: {done.stderr}"
 
 
 def iso(when: dt.datetime) -> str:

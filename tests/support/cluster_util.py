@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from controller.store import ClusterStore, StoreError, open_store
-from controller.store.topology import Replica, shard_key, shard_of
+from controller.store.topology import Replica, shard_database, shard_key, shard_of
 from schemas.tcpinfo_decode import decode_batch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,6 +46,7 @@ def expected_rows(messages: list[tuple[str, bytes]]) -> Counter[RowKey]:
 
 def loaded_rows(url: str) -> Counter[RowKey]:
     """Every row in the cluster's tcpinfo (the Distributed table: all shards) as expected_rows() keys it."""
+    sync_replicas(url)  # a Distributed read may go to either replica of a shard
     store = open_store(url)
     try:
         rows = store.query_rows(
@@ -193,3 +194,25 @@ class LoaderProcess:
             raise
         finally:
             self._log.close()
+
+
+def sync_replicas(url: str) -> None:
+    """SYSTEM SYNC REPLICA of every replicated table of the URL's databases, on every node."""
+    store = open_store(url)
+    assert isinstance(store, ClusterStore)
+    try:
+        databases = (store.database, shard_database(store.database))
+        for replica in store.topology().nodes():
+            node = store.node_store(replica, "default")
+            try:
+                rows = node.query_rows(
+                    "SELECT database, name FROM system.tables WHERE database IN (%(a)s, %(b)s) "
+                    "AND engine LIKE 'Replicated%%'",
+                    {"a": databases[0], "b": databases[1]},
+                )
+                for database, table in rows:
+                    node.execute(f"SYSTEM SYNC REPLICA {database}.{table}")
+            finally:
+                node.close()
+    finally:
+        store.close()

@@ -14,6 +14,7 @@ from controller.store.cluster_schema import plan_statement, sharded_tables
 from controller.store.migrate import apply_migrations
 from controller.store.sql import migrations
 from controller.store.topology import SHARDING_KEY, shard_database
+from tests.support.cluster_util import cluster_node
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARDED = frozenset({"tcpinfo", "tcpinfo_5m", "ingest_batches"})
@@ -211,18 +212,13 @@ def test_bad_alt_hosts_are_refused(alt: str) -> None:
         parse_store_url(f"clickhouse://127.0.0.1:19000/d?alt_hosts={alt}")
 
 
-def _cluster_script(*args: str) -> None:
-    """deploy/cluster.sh with this process's environment (the ports and state dir the cluster uses)."""
-    subprocess.run(["bash", str(ROOT / "deploy" / "cluster.sh"), *args], check=True, timeout=120, capture_output=True)
-
-
 def test_a_component_starts_while_a_replica_is_down_but_schema_apply_names_it(cluster_db_url: str) -> None:
     store = open_store(cluster_db_url)
     assert isinstance(store, ClusterStore)
     try:
         apply_migrations(store)
         victim = store.topology().shards[1].replicas[1]  # s2r2
-        _cluster_script("stop-node", "s2r2")
+        cluster_node("stop-node", "s2r2")
         try:
             assert apply_migrations(store).applied == []  # what ingest / rollout / the lab do at start
             plain_url = cluster_db_url.split("?")[0]
@@ -231,6 +227,6 @@ def test_a_component_starts_while_a_replica_is_down_but_schema_apply_names_it(cl
             assert done.returncode == 2 and "Traceback" not in done.stderr
             assert str(victim) in done.stderr and done.stderr.count("\n") == 1, done.stderr
         finally:
-            _cluster_script("start-node", "s2r2")
+            cluster_node("start-node", "s2r2")
     finally:
         store.close()

@@ -29,6 +29,7 @@ from controller.store.migrate import apply_migrations
 from tests.conftest import CLUSTER_URL, clickhouse_url_for, cluster_url_for, drop_cluster_database, unique_name
 from tests.support import cluster_scoring_util as cs
 from tests.support import report_synth as rs
+from tests.support.cluster_util import cluster_node
 from tests.support.rollout_util import make_keys
 
 pytestmark = [pytest.mark.clickhouse, pytest.mark.slow]
@@ -279,8 +280,8 @@ def test_a_round_needs_every_shard_and_fails_over_to_a_replica(
         files = {p.name: p.read_bytes() for p in published.iterdir()}
         outcomes = cluster.query_rows("SELECT count() FROM round_outcomes")
         try:
-            cs.cluster_sh("stop-node", "s2r1")
-            cs.cluster_sh("stop-node", "s2r2")
+            cluster_node("stop-node", "s2r1")
+            cluster_node("stop-node", "s2r2")
             done = cs.control_subprocess(cluster_db_url, second, published, key)
             # explain and report refuse too, naming the shard, rather than answer from half the data
             explain = cs.dyncc_subprocess(
@@ -288,8 +289,8 @@ def test_a_round_needs_every_shard_and_fails_over_to_a_replica(
             )
             report = cs.dyncc_subprocess(["report", "--clickhouse", cluster_db_url, "-o", str(tmp_path / "r.html")])
         finally:
-            cs.cluster_sh("start-node", "s2r1")
-            cs.cluster_sh("start-node", "s2r2")
+            cluster_node("start-node", "s2r1")
+            cluster_node("start-node", "s2r2")
         assert done.returncode != 0
         assert "round failed" in done.stderr
         for failed in (done, explain, report):
@@ -311,10 +312,10 @@ def test_a_round_needs_every_shard_and_fails_over_to_a_replica(
 
         # one replica of shard 2 down: its other replica answers, the round sees every row
         try:
-            cs.cluster_sh("stop-node", "s2r1")
+            cluster_node("stop-node", "s2r1")
             round_on_both(third)
         finally:
-            cs.cluster_sh("start-node", "s2r1")
+            cluster_node("start-node", "s2r1")
         assert cs.config_rows(cluster) == cs.config_rows(single)
         assert [v for p, v, _, _ in cs.config_rows(cluster) if p == "lax"] == [1, 2, 3]
     finally:

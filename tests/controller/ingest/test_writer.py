@@ -16,9 +16,10 @@ import pytest
 
 from controller.ingest.columns import format_prefix
 from controller.ingest.writer import BatchWriter, Incoming
-from controller.store import Store
+from controller.store import ClusterStore, Store
 from schemas.tcpinfo_decode import decode_batch
 from schemas.tcpinfo_encode import BatchHeader, encode_batches
+from tests.support.cluster_util import sync_replicas
 from tests.support.ingest_synth import synth_columns, synth_messages
 
 
@@ -27,7 +28,14 @@ def _msgs(rows: int, seed: int = 5, **kw: object) -> list[bytes]:
 
 
 def _count(store: Store, table: str = "tcpinfo") -> int:
+    _synced(store)
     return int(store.query_rows(f"SELECT count() FROM {table}")[0][0])
+
+
+def _synced(store: Store) -> None:
+    """On the cluster: every replica caught up (a Distributed read may go to either replica of a shard)."""
+    if isinstance(store, ClusterStore):
+        sync_replicas(store.url.redacted())
 
 
 @pytest.fixture(params=["clickhouse", "chdb", "cluster"])
@@ -39,6 +47,7 @@ def store_url(request: pytest.FixtureRequest) -> str:
 
 def _assert_ledger(store: Store, batches: int, rows: int) -> None:
     """`batches` batches of `rows` rows in all in the ledger, one entry per batch on each shard."""
+    _synced(store)
     for shard in store.shard_stores():
         entries, distinct = shard.query_rows("SELECT count(), uniqExact(host, run_id, sequence) FROM ingest_batches")[0]
         assert int(entries) == int(distinct)

@@ -152,16 +152,7 @@ def fresh_db(base: str, tag: str) -> str:
 def drop_db(url: str) -> None:
     store = open_store(url)
     try:
-        if isinstance(store, ClusterStore):
-            for replica in store.topology().nodes():
-                node = store.node_store(replica, "default")
-                try:
-                    for db in (store.database, shard_database(store.database)):
-                        node._admin.execute(f"DROP DATABASE IF EXISTS {db}")
-                finally:
-                    node.close()
-        else:
-            store._admin.execute(f"DROP DATABASE IF EXISTS {store.database}")  # type: ignore[attr-defined]
+        store.drop_database()  # type: ignore[attr-defined]
     finally:
         store.close()
 

@@ -49,6 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cluster_ingest import cpu_seconds
 from bench.scoring import FILL_SQL as SCORING_FILL_SQL
 from controller.scoring.round import RoundResult, run_round
 from controller.scoring.settings import ScoringConfig
@@ -59,7 +60,6 @@ from controller.store.topology import shard_database
 REPO = Path(__file__).resolve().parent.parent
 POP = "bench1"
 PHASES = ("refresh", "score", "decide", "write", "other")
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 #: the tables a round writes on the cluster (replicated to every node) and the fill's
 SYNCED = ("scoring_buckets", "scoring_versions", "selections", "round_outcomes")
 SYNC_TIMEOUT = 3600  # seconds
@@ -69,13 +69,6 @@ FILL_SQL = SCORING_FILL_SQL
 
 
 # ------------------------------------------------------------------ CPU of the servers
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds (/proc/<pid>/stat fields 14 and 15)."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def read_pid(path: Path, expect: str) -> int | None:
@@ -253,16 +246,7 @@ def bench_target(
 
 
 def _drop(store: Store) -> None:
-    if isinstance(store, ClusterStore):
-        for replica in store.topology().nodes():
-            node = store.node_store(replica, "default")
-            try:
-                for database in (store.database, shard_database(store.database)):
-                    node.execute(f"DROP DATABASE IF EXISTS {database}")
-            finally:
-                node.close()
-    else:
-        store.execute(f"DROP DATABASE IF EXISTS {store.database}")
+    store.drop_database()  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------ report

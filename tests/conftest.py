@@ -55,7 +55,7 @@ def clickhouse_db_url() -> Iterator[str]:
     yield url
     store = open_store(url)
     try:
-        store._admin.execute(f"DROP DATABASE IF EXISTS {database}")  # type: ignore[attr-defined]
+        store.drop_database()  # type: ignore[attr-defined]
     finally:
         store.close()
 
@@ -74,19 +74,9 @@ def cluster_url_for(database: str) -> str:
 
 def drop_cluster_database(url: str) -> None:
     """Drop a test database and its shard database on every node of the cluster."""
-    from controller.store import ClusterStore
-    from controller.store.topology import shard_database
-
     store = open_store(url)
-    assert isinstance(store, ClusterStore)
     try:
-        for replica in store.topology().nodes():
-            node = store.node_store(replica, "default")
-            try:
-                for database in (store.database, shard_database(store.database)):
-                    node._admin.execute(f"DROP DATABASE IF EXISTS {database}")
-            finally:
-                node.close()
+        store.drop_database()  # type: ignore[attr-defined]
     finally:
         store.close()
 

@@ -100,6 +100,10 @@ class ClickHouseStore(Store):
     def ensure_database(self) -> None:
         self._run(self._admin.execute, f"CREATE DATABASE IF NOT EXISTS {check_identifier(self.database)}")
 
+    def drop_database(self) -> None:
+        """DROP DATABASE IF EXISTS for the URL's database (tests and benchmarks clean up with it)."""
+        self._run(self._admin.execute, f"DROP DATABASE IF EXISTS {check_identifier(self.database)}")
+
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         self._run(self._client.execute, sql_params.render(sql, params))
 

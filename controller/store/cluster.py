@@ -85,6 +85,16 @@ class ClusterStore(ClickHouseStore):
             ]
         return list(self._shards)
 
+    def drop_database(self) -> None:
+        """Drop the URL's database and its shard database on every node."""
+        for replica in self.topology().nodes():
+            for database in (self.database, shard_database(self.database)):
+                node = self.node_store(replica, database)
+                try:
+                    node.drop_database()
+                finally:
+                    node.close()
+
     def shard_weights(self) -> tuple[int, ...]:
         return self.topology().weights
 

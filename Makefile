@@ -47,13 +47,15 @@ $(STAMP): pyproject.toml | $(PY)
 	@touch $@
 
 # Everything `test` needs, fetched in parallel: Python deps (PyPI),
-# clickhouse-server/client (apt), Kafka jars (Maven Central).
+# clickhouse-server/client then the lab's packages (apt, one after the other: one dpkg lock),
+# Kafka jars (Maven Central).
 deps:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target venv _ch-install _kafka-fetch
 
 .PHONY: _ch-install _kafka-fetch
 _ch-install:
 	bash deploy/clickhouse/clickhouse.sh install
+	bash deploy/lab/lab.sh install
 _kafka-fetch:
 	bash deploy/kafka/kafka.sh fetch
 
@@ -103,7 +105,10 @@ lint: venv
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports --no-cache
 
+# As root the demo runs the live namespace lab, which needs nginx and clang (installed here when
+# missing; if that fails the demo says so and replays the recorded lab).
 demo: venv
+	@if [[ $$(id -u) == 0 ]]; then bash deploy/lab/lab.sh install || true; fi
 	$(VENV)/bin/dyncc demo
 
 bench: venv

@@ -43,6 +43,7 @@ class LabAgent:
     ) -> None:
         self.store = store
         self.pop = pop
+        self.host = host
         self.agent = Agent(
             pop=pop,
             host=host,
@@ -90,7 +91,7 @@ class LabAgent:
             out.append(self.apply(CongestionConfig.FromString(data)))
         return out
 
-    def apply_from_kafka(self, wait: float = 3.0) -> list[ApplyStatus]:
+    def apply_from_kafka(self, wait: float = 1.0) -> list[ApplyStatus]:
         """Apply every config the consumer delivers within `wait` seconds."""
         out = []
         deadline = time.monotonic() + wait

@@ -1,16 +1,17 @@
-"""`dyncc lab`: a namespace lab with shaped clients running the whole dyncc loop.
+"""`dyncc lab`: a fleet-like namespace lab (POPs, edge hosts, path classes) running the whole dyncc loop.
 
-    dyncc lab --rounds 12                       # 12 accelerated rounds of 20 s, chDB in a temp dir
-    dyncc lab --duration 5m --round-seconds 10
+    dyncc lab --rounds 16                       # 16 accelerated rounds of 15 s, chDB in a temp dir
+    dyncc lab --duration 5m --round-seconds 20 --prefixes-per-pop 80
     dyncc lab --store clickhouse://default:@127.0.0.1:19000/dyncc_lab --kafka 127.0.0.1:19092
-    dyncc lab --record demo/lab-telemetry.bin.gz --rounds 9   # also write the demo's replay file
+    dyncc lab --record demo/lab-telemetry.bin.gz --rounds 16  # also write the demo's replay files
     dyncc lab --cleanup                         # remove leftover dlab-* namespaces
 
 Each round is one scoring bucket (`--round-seconds`, standing in for 5 minutes); the
 lookback and the minimum of counted buckets are given in buckets.  Needs root.
 Every option is validated (one line, exit 2) before anything is built: the flags come
 from LabSettings (controller/lab/settings.py) and controller/cli.py calls run(settings).
-Topology: controller/lab/topology.py; orchestration: controller/lab/loop.py.
+Topology: controller/lab/topology.py; paths: controller/lab/paths.py; orchestration:
+controller/lab/loop.py.
 """
 
 from __future__ import annotations
@@ -40,9 +41,9 @@ def require_lab_host() -> None:
     """Root and iproute2: the lab's preconditions, as one-line ConfigErrors."""
     if os.geteuid() != 0:
         raise ConfigError("the lab needs root (it creates network namespaces, links and routes)")
-    for tool in ("ip", "tc"):
+    for tool, package in (("ip", "iproute2"), ("tc", "iproute2"), ("nginx", "nginx-light"), ("clang", "clang")):
         if shutil.which(tool) is None:
-            raise ConfigError(f"the lab needs iproute2: '{tool}' not found in PATH")
+            raise ConfigError(f"the lab needs {package}: '{tool}' not found in PATH")
 
 
 def cleanup() -> int:
@@ -60,8 +61,9 @@ def cleanup() -> int:
 def options_from_settings(settings: LabSettings) -> LabOptions:
     """The lab's options from its settings; checks what needs more than the settings (ConfigError)."""
     from controller.lab.loop import LabOptions
+    from controller.lab.model import LabScoring
     from controller.lab.run import check_options
-    from controller.lab.topology import Shaping
+    from controller.lab.topology import Layout, TopologyError
 
     extra: dict[str, Any] = {"run_id": settings.run_id} if settings.run_id else {}
     if settings.store:
@@ -70,22 +72,36 @@ def options_from_settings(settings: LabSettings) -> LabOptions:
         parse_store_url(settings.store)  # StoreError: one line, exit 2
     elif settings.store_dir is not None and settings.store_dir.exists() and not settings.store_dir.is_dir():
         raise ConfigError(f"bad --store-dir {settings.store_dir}: not a directory")
+    layout = Layout(
+        pops=settings.pops,
+        hosts_per_pop=settings.hosts_per_pop,
+        per_pop=settings.prefixes_per_pop,
+        lossy=settings.lossy,
+        deep=settings.deep,
+        alternating=settings.alternating,
+        lowrtt=settings.lowrtt,
+    )
+    try:
+        layout.check()
+    except TopologyError as exc:
+        raise ConfigError(f"bad lab layout: {exc}") from exc
     opts = LabOptions(
         round_seconds=settings.round_seconds,
         rounds=settings.rounds,
         duration=settings.duration or 0.0,
         poll_interval=settings.poll_interval,
-        lookback_buckets=settings.lookback_buckets,
-        min_buckets=settings.min_buckets,
-        slow=settings.slow,
-        alternating=settings.alternating,
-        fine=settings.fine,
-        pop=settings.pop,
+        layout=layout,
+        scoring=LabScoring(
+            lookback_buckets=settings.lookback_buckets,
+            min_buckets=settings.min_buckets,
+            threshold_quantile=settings.threshold_quantile or 0.0,
+            holdout_fraction=settings.holdout,
+            min_hold_buckets=settings.min_hold_buckets,
+            max_new=settings.max_new,
+        ),
+        think_time=settings.think_time,
         kafka=settings.kafka,
         record=settings.record,
-        threshold_quantile=settings.threshold_quantile,
-        holdout_fraction=settings.holdout,
-        shaping=Shaping(rate=settings.rate),
         **extra,
     )
     check_options(opts)
@@ -110,7 +126,8 @@ def run(settings: LabSettings) -> int:
 
     summary = run_lab(opts, store_url(settings, workdir), workdir, StopFlag(), out=sys.stdout)
     print(summary.summary_text())
-    print(f"lab files (store, keys, configs): {workdir}")
-    if summary.result.stopped_by:
+    print(f"lab files (store, keys, configs, logs): {workdir}")
+    result = summary.result
+    if result is not None and result.stopped_by:
         return 130
-    return 1 if summary.result.leftover_namespaces else 0
+    return 1 if result is None or result.leftover_namespaces else 0

@@ -1,14 +1,14 @@
-"""The lab's control step: scoring -> publish -> edge agent, once per accelerated round.
+"""The lab's control step: scoring -> staged publish -> edge agents, once per accelerated round.
 
-The scoring definitions are the controller's own, with the clock scaled: the
-bucket is the lab round, lookback / hold / cooldown are the production values
-expressed in buckets, and min_rtt is 0 (veth links have no propagation delay and
-tbf only adds queueing, so every lab prefix would count as low-RTT and stay on
-CUBIC).  Duty cycle and flap ratio come from controller.scoring.query; the
-decisions and DesiredState from the scoring component; configs are generated,
-validated, signed and published by the lab's own Publisher (controller.rollout.publish,
-built from a RolloutConfig in lab seconds: to a directory, or to Kafka), and this module
-records the outcomes; the edge agent applies them (controller/lab/agent.py).
+The scoring definitions are the controller's own, with the clock scaled: the bucket is the
+lab round; lookback, minimum buckets, minimum hold and cooldown are given in buckets; the
+low-RTT rule is the production one (10 ms: the lab's delay source gives every path class
+but the low-RTT one a longer RTT).  One round scores every POP (controller.scoring.round),
+the lab's own Publisher (controller.rollout.publish, a RolloutConfig in lab seconds, to a
+directory or to Kafka) generates, validates, signs and publishes, staged when a POP has
+several edge hosts: the first host of each POP is its canary, the rest follow after the
+(scaled) soak; this module records the outcomes, and each edge host's agent
+(controller/lab/agent.py) applies what targets it.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from controller.lab.agent import LabAgent
-from controller.lab.loop import ControlOutcome, LabOptions, PrefixScore, threshold_for
+from controller.lab.loop import LabOptions, threshold_for
+from controller.lab.model import DAY_BUCKETS, ControlOutcome, PrefixScore
 from controller.lab.topology import Topology
 from controller.rollout.publish import Publisher
 from controller.rollout.settings import RolloutConfig
@@ -35,30 +36,8 @@ from schemas.congestion_pb2 import CongestionConfig
 
 log = logging.getLogger("dyncc.lab")
 
-DAY_BUCKETS = 24 * 3600 // ROLLUP_BUCKET_SECONDS  # hold / cooldown of one day, in buckets
-
-
-def lab_scoring_config(
-    bucket_seconds: int,
-    lookback_buckets: int,
-    min_buckets: int,
-    threshold_quantile: float,
-    holdout_fraction: float,
-) -> ScoringConfig:
-    lookback = bucket_seconds * lookback_buckets
-    return ScoringConfig(
-        bucket_seconds=bucket_seconds,
-        lookback_seconds=lookback,
-        min_buckets=min_buckets,
-        min_rtt_ms=0.0,
-        threshold_quantile=threshold_quantile,
-        holdout_fraction=holdout_fraction,
-        min_hold_seconds=DAY_BUCKETS * bucket_seconds,
-        cooldown_seconds=DAY_BUCKETS * bucket_seconds,
-    )
-
-
 EXPIRE_BUCKETS = 7 * DAY_BUCKETS  # scoring's 7-day expiry, in buckets
+LAB_MAX_P10_REGRESSION = 0.5
 
 
 class RoundFailed(DynccError):
@@ -70,18 +49,20 @@ class LabControl:
         self,
         store: Store,
         *,
-        pop: str,
         scoring: ScoringConfig,
         workdir: Path,
-        agent: LabAgent | None = None,
+        hosts: dict[str, list[str]] | None = None,
+        staged: bool = True,
+        agents: Sequence[LabAgent] = (),
         kafka: str | None = None,
         config_topic: str = "",
         status_topic: str = "",
     ) -> None:
         self.store = store
-        self.pop = pop
         self.scoring = scoring
-        self.agent = agent
+        self.hosts = hosts or {}  # pop -> edge hosts (first = canary)
+        self.staged = staged  # canary first where a POP has several hosts (needs their agents' reports)
+        self.agents = list(agents)
         self.kafka = kafka
         self.config_topic = config_topic
         self.status_topic = status_topic
@@ -100,21 +81,21 @@ class LabControl:
         scores: dict[str, PrefixScore] = {}
         note = ""
         try:
-            scores = self._score_and_publish(round_time)
+            scores, note = self._score_and_publish(round_time)
         except RoundFailed as exc:
             note = f"round failed: {str(exc)[:120]}"
-        routes: dict[str, str] = {}
-        if self.agent is not None:
+        routes: dict[str, dict[str, str]] = {}
+        for agent in self.agents:
             if self.kafka:
-                self.agent.apply_from_kafka()
+                agent.apply_from_kafka()
             else:
-                self.agent.apply_from_dir(self.publish_dir)
-            routes = self.agent.routes()
-        else:
-            routes = self._published_entries()
+                agent.apply_from_dir(self.publish_dir)
+            routes[agent.host] = agent.routes()
+        if not self.agents:  # a replay: what the POP's hosts would hold
+            routes = {host: self._published_entries(pop) for pop, hosts in self.hosts.items() for host in hosts}
         return ControlOutcome(scores, routes, note)
 
-    def _score_and_publish(self, round_time: dt.datetime) -> dict[str, PrefixScore]:
+    def _score_and_publish(self, round_time: dt.datetime) -> tuple[dict[str, PrefixScore], str]:
         """The scoring component's round (scores, decisions, DesiredState), then the publisher."""
         publisher = self.publisher()
         try:
@@ -122,8 +103,8 @@ class LabControl:
                 self.store,
                 self.scoring,
                 now=round_time,
-                pop=self.pop,
                 expire_seconds=EXPIRE_BUCKETS * self.scoring.bucket_seconds,
+                publishing=True,
                 refuse=self._refuse,
             )
             self._round_ns = int(round_time.timestamp() * 1e9)
@@ -133,12 +114,20 @@ class LabControl:
         except StoreError as exc:
             log.error("round at %s failed: %s", round_time, exc)
             raise RoundFailed(str(exc)) from exc
-        return {
+        scores = {
             str(r["prefix"]): PrefixScore(
-                int(r["counted_buckets"]), float(r["duty_cycle"]), float(r["flap_ratio"]), str(r["decision"])
+                str(r["pop"]),
+                int(r["counted_buckets"]),
+                float(r["duty_cycle"]),
+                float(r["flap_ratio"]),
+                float(r["median_min_rtt_ms"]),
+                str(r["decision"]),
+                str(r["reason"]),
             )
             for r in res.decisions.to_dict("records")
         }
+        note = "; ".join(f"{pop} {o.status} v{o.version}" for pop, o in sorted(outcomes.items()))
+        return scores, note
 
     def publisher(self) -> Publisher:
         """The lab's Publisher (made once), on the round's clock."""
@@ -149,18 +138,24 @@ class LabControl:
         return self._publisher
 
     def rollout_config(self) -> RolloutConfig:
-        """Publisher settings for the lab: one edge host, so no canary; durations in lab buckets."""
+        """Publisher settings for the lab: staged when a POP has several hosts; durations in lab buckets."""
         b = self.scoring.bucket_seconds
 
         def scaled(real_seconds: int) -> float:
             return float(max(real_seconds * b // ROLLUP_BUCKET_SECONDS, 1))
 
+        staged = self.staged and any(len(h) > 1 for h in self.hosts.values())
         cfg = RolloutConfig(
             publish_dir=None if self.kafka else self.publish_dir,
             kafka=self.kafka,
             private_key=self.private_key,
-            staging="off",
+            staging="on" if staged else "off",
+            hosts=tuple(f"{pop}:{','.join(h)}" for pop, h in sorted(self.hosts.items()) if h),
+            canary_hosts=tuple(f"{pop}:{h[0]}" for pop, h in sorted(self.hosts.items()) if len(h) > 1),
             soak=scaled(600),
+            # the canary's p10 over all its flows in windows of a few lab rounds moves by tens of
+            # percent between rounds on its own; the lab keeps the gate, wider than production's 15 %
+            max_p10_regression=LAB_MAX_P10_REGRESSION,
             wave_timeout=scaled(900),
             baseline=scaled(900),
             host_expiry=scaled(3600),
@@ -175,46 +170,53 @@ class LabControl:
             status_group=f"{self.config_topic}-controller",
         )
 
-    def _published_entries(self) -> dict[str, str]:
-        path = self.publish_dir / f"{self.pop}.cfg"
+    def _published_entries(self, pop: str) -> dict[str, str]:
+        path = self.publish_dir / f"{pop}.cfg"
         if not path.exists():
             return {}
         cfg = CongestionConfig.FromString(path.read_bytes())
         return {e.prefix: e.algorithm for e in cfg.entries}
 
     def close(self) -> None:
-        if self.agent is not None:
-            self.agent.close()
+        for agent in self.agents:
+            try:
+                agent.close()
+            except Exception as exc:  # teardown must go on
+                log.warning("closing the agent of %s: %s", agent.host, exc)
 
 
 def make_control_factory(workdir: Path) -> Callable[[Store, Topology, LabOptions], LabControl]:
     def factory(store: Store, topo: Topology, opts: LabOptions) -> LabControl:
-        q = opts.threshold_quantile if opts.threshold_quantile is not None else threshold_for(topo)
-        scoring = lab_scoring_config(
-            opts.round_seconds, opts.lookback_buckets, opts.min_buckets, q, opts.holdout_fraction
-        )
+        scoring = dataclasses.replace(
+            opts.scoring,
+            threshold_quantile=opts.scoring.threshold_quantile or threshold_for(topo),
+        ).config(opts.round_seconds)
         config_topic = f"dyncc-lab-{opts.run_id}-configs"
         status_topic = f"dyncc-lab-{opts.run_id}-status"
+        hosts = {pop: [e.host for e in topo.edges_of(pop)] for pop in topo.pops}
         control = LabControl(
             store,
-            pop=opts.pop,
             scoring=scoring,
             workdir=workdir,
+            hosts=hosts,
             kafka=opts.kafka,
             config_topic=config_topic,
             status_topic=status_topic,
         )
-        control.agent = LabAgent(
-            store,
-            edge_ns=topo.edge_ns,
-            pop=opts.pop,
-            host=opts.host,
-            public_key=control.public_key,
-            state_dir=workdir / "agent",
-            kafka=opts.kafka,
-            config_topic=config_topic,
-            status_topic=status_topic,
-        )
+        control.agents = [
+            LabAgent(
+                store,
+                edge_ns=e.ns,
+                pop=e.pop,
+                host=e.host,
+                public_key=control.public_key,
+                state_dir=workdir / "agent" / e.host,
+                kafka=opts.kafka,
+                config_topic=config_topic,
+                status_topic=status_topic,
+            )
+            for e in topo.edges
+        ]
         return control
 
     return factory

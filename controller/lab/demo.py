@@ -1,13 +1,15 @@
 """`dyncc demo`: the whole loop on the embedded store (chDB), no servers, a few minutes.
 
-As root: a `dyncc lab` run (default 3 minutes of 20-second rounds) with live
-routes on the lab edge, then the HTML report built from that run's telemetry
-replayed on a 5-minute time base (each 20 s round becomes one 5-minute bucket).
-Without root (or with --replay): says why in one line, replays the recorded lab
-telemetry committed in demo/ through the ingest writer, runs the scoring rounds
-and writes the report.  Ends with a summary and the report's path.  Every option
-is checked (one line, exit 2) before a directory is made or a lab is built: the flags
-come from DemoSettings (controller/lab/settings.py); controller/cli.py calls run(settings).
+As root: a `dyncc lab` run (default 4 minutes of 15-second rounds: 2 POPs x 2 edge hosts,
+128 client prefixes in five path classes, nginx and HTTP clients, staged rollout) with live
+routes on the lab's edge hosts, its per-class summary, then the HTML report built from that
+run's telemetry and access logs replayed on a 5-minute time base (each 15 s round becomes one
+5-minute bucket).  Without root (or without nginx/clang, or with --replay): says why in one
+line, replays the recorded lab committed in demo/ (telemetry and access logs) through the
+ingest writer and the access-log loader, runs the scoring rounds, prints the per-class summary
+and writes the report.  Ends with the report's path.  Every option is checked (one line, exit
+2) before a directory is made or a lab is built: the flags come from DemoSettings
+(controller/lab/settings.py); controller/cli.py calls run(settings).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,13 +32,16 @@ log = logging.getLogger("dyncc.demo")
 SETTINGS = DemoSettings
 
 
+MIN_ROUNDS = 8  # selection after 3 buckets, the staged rollout, then some rounds on BBR
+
+
 def check_args(settings: DemoSettings) -> float:
     """The live lab's duration in seconds; ConfigError for any bad option (nothing is created)."""
     duration = settings.duration
-    if settings.round_seconds < 2:
-        raise ConfigError(f"bad --round-seconds {settings.round_seconds}: at least 2")
-    if duration < 3 * settings.round_seconds:
-        raise ConfigError("--duration must cover at least 3 rounds")
+    if settings.round_seconds < 5:
+        raise ConfigError(f"bad --round-seconds {settings.round_seconds}: at least 5")
+    if duration < MIN_ROUNDS * settings.round_seconds:
+        raise ConfigError(f"--duration must cover at least {MIN_ROUNDS} rounds")
     if settings.recording is not None and not Path(settings.recording).is_file():
         raise ConfigError(f"--recording {settings.recording}: no such file")
     if settings.workdir is not None and Path(settings.workdir).exists() and not Path(settings.workdir).is_dir():
@@ -96,72 +101,88 @@ def _chdb_url(workdir: Path, database: str) -> str:
     return f"chdb://{workdir / 'chdb'}?database={database}"
 
 
-def _replay_into(recording: Path, workdir: Path, database: str) -> tuple[Any, Any, dict[str, Any]]:
-    """Replay `recording` into a fresh database; returns (store, ReplayResult, meta)."""
-    from controller.lab.control import LabControl, lab_scoring_config
-    from controller.lab.replay import replay
-    from controller.lab.run import open_lab_store
+@dataclass
+class Replayed:
+    store: Any
+    result: Any
+    meta: dict[str, Any]
+    record: Any  # controller.lab.run.RunRecord
+
+
+def _replay_into(recording: Path, workdir: Path, database: str) -> Replayed:
+    """Replay `recording` (and its access logs) into a fresh database, 5-minute buckets."""
+    from controller.lab.control import LabControl
+    from controller.lab.model import LabScoring
+    from controller.lab.outcomes import RoundView
+    from controller.lab.replay import REAL_BUCKET, recorded_access_logs, replay
+    from controller.lab.run import RunRecord, open_lab_store
     from controller.lab.telemetry import RecordingError, read_recording
 
     try:
         records, meta = read_recording(recording)
-    except RecordingError as exc:
+        logs = recorded_access_logs(recording)
+    except (RecordingError, OSError, EOFError) as exc:
         raise ConfigError(str(exc)) from exc
     if not records:
         raise ConfigError(f"recording {recording} holds no telemetry")
     try:
-        scoring = lab_scoring_config(
-            300,
-            int(meta["lookback_buckets"]),
-            int(meta["min_buckets"]),
-            float(meta["threshold_quantile"]),
-            float(meta.get("holdout_fraction", 0.0)),
-        )
-    except (KeyError, TypeError, ValueError) as exc:
+        s = dict(meta["scoring"])
+        scoring = LabScoring(
+            lookback_buckets=int(s["lookback_buckets"]),
+            min_buckets=int(s["min_buckets"]),
+            threshold_quantile=float(s["threshold_quantile"]),
+            holdout_fraction=float(s["holdout_fraction"]),
+            min_hold_buckets=int(s["min_hold_buckets"]),
+            max_new=int(s["max_new"]),
+            min_samples=int(s["min_samples"]),
+        ).config(REAL_BUCKET)
+        hosts = {str(pop): [str(h) for h in hs] for pop, hs in dict(meta["pops"]).items()}
+        prefixes = {str(p): (str(v[0]), str(v[1])) for p, v in dict(meta["prefixes"]).items()}
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
         why = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise ConfigError(f"recording {recording}: bad metadata ({why})") from exc
+        raise ConfigError(f"recording {recording}: bad metadata ({why}); a fleet-lab recording is needed") from exc
     store = open_lab_store(_chdb_url(workdir, database))
-    control = LabControl(store, pop=str(meta.get("pop", "lab")), scoring=scoring, workdir=workdir / database)
-    result = replay(store, records, meta, control)
-    return store, result, meta
-
-
-def replay_summary(result: Any, meta: dict[str, Any]) -> str:
-    profiles: dict[str, str] = meta.get("prefixes", {})
-    last = result.rounds[-1] if result.rounds else None
-    selected = sorted(p for p, s in last.scores.items() if s.decision in ("select", "keep")) if last else []
-    configured = sorted(last.routes) if last else []
-    routed_cc, other_cc = Counter[str](), Counter[str]()
-    for by_prefix in result.new_sockets.values():
-        # recorded sockets carry the congestion control the live lab's routes gave them
-        for prefix, cc in by_prefix.items():
-            (routed_cc if prefix in set(configured) else other_cc).update(cc)
-    share = lambda c: (  # noqa: E731
-        f"{sum(n for k, n in c.items() if k.startswith('bbr'))}/{sum(c.values())}" if c else "none"
+    control = LabControl(store, scoring=scoring, workdir=workdir / database, hosts=hosts, staged=False)
+    result = replay(store, records, meta, control, access_logs=logs, workdir=workdir / database)
+    ends = result.dilation.boundaries()
+    record = RunRecord(
+        classes={p: v[1] for p, v in prefixes.items()},
+        pops={p: v[0] for p, v in prefixes.items()},
+        hosts=hosts,
+        rounds=[RoundView(k + 1, ends[k], outcome) for k, outcome in enumerate(result.rounds)],
+        new_sockets=[result.new_sockets.get(k, {}) for k in range(len(result.rounds))],
+        bucket_s=REAL_BUCKET,
     )
-    return "\n".join(
-        [
-            f"replayed {result.batches} batches ({result.rows} socket samples) as "
-            f"{result.dilation.buckets} five-minute rounds",
-            "selected for bbr: " + (", ".join(f"{p} ({profiles.get(p, '?')})" for p in selected) or "none"),
-            "in the published config: " + (", ".join(configured) or "none") + " (replay: no edge routes are touched)",
-            f"bbr on new sockets (as recorded in the lab): selected prefixes {share(routed_cc)}, "
-            f"others {share(other_cc)}",
-        ]
-    )
+    return Replayed(store, result, meta, record)
 
 
-def _report(store: Any, report_path: Path) -> str:
+def _asn_file(workdir: Path, meta: dict[str, Any]) -> Path:
+    from controller.lab.topology import write_asn_file
+
+    path = workdir / "lab-asn.csv"
+    write_asn_file(path, [(str(p), str(v[1])) for p, v in sorted(dict(meta["prefixes"]).items())])
+    return path
+
+
+def _report(replayed: Replayed, workdir: Path, report_path: Path) -> str:
     from controller.report import write_report
 
-    summary = write_report(store, report_path, title="dyncc demo")
+    summary = write_report(replayed.store, report_path, title="dyncc demo", asn_file=_asn_file(workdir, replayed.meta))
     return summary.line()
 
 
 def _replay_demo(recording: Path, workdir: Path, report_path: Path) -> int:
-    store, result, meta = _replay_into(recording, workdir, "dyncc_demo")
-    print(replay_summary(result, meta))
-    print(_report(store, report_path))
+    from controller.lab.run import summarize_run
+
+    replayed = _replay_into(recording, workdir, "dyncc_demo")
+    r = replayed.result
+    headline = (
+        f"replayed {r.batches} telemetry batches ({r.rows} socket samples) and {r.requests} HTTP requests "
+        f"of {len(replayed.record.hosts)} POPs as {r.dilation.buckets} five-minute rounds "
+        "(replay: no edge routes are touched; staged rollout needs live agents, so configs go POP-wide)"
+    )
+    print(summarize_run(replayed.record, headline, replayed.store).summary_text())
+    print(_report(replayed, workdir, report_path))
     print(f"report: {report_path}")
     return 0
 
@@ -172,22 +193,18 @@ def _live_demo(settings: DemoSettings, duration: float, workdir: Path, report_pa
 
     recording = workdir / "lab-telemetry.bin.gz"
     rounds = int(duration // settings.round_seconds)
-    opts = LabOptions(
-        round_seconds=settings.round_seconds,
-        rounds=rounds,
-        lookback_buckets=8,
-        min_buckets=min(4, max(rounds // 3, 1)),
-        record=recording,
-    )
+    opts = LabOptions(round_seconds=settings.round_seconds, rounds=rounds, record=recording)
     print(
-        f"dyncc demo: live lab, {rounds} rounds of {settings.round_seconds}s (each stands in for 5 minutes)", flush=True
+        f"dyncc demo: live fleet lab, {rounds} rounds of {settings.round_seconds}s (each stands in for 5 minutes)",
+        flush=True,
     )
     summary = run_lab(opts, _chdb_url(workdir, "dyncc_lab"), workdir / "lab", StopFlag(), out=sys.stdout)
     print(summary.summary_text())
-    if summary.result.stopped_by or not summary.result.rounds:
+    result = summary.result
+    if result is None or result.stopped_by or not result.rounds:
         print(f"lab files: {workdir}")
-        return 130 if summary.result.stopped_by else 1
-    store, _result, _meta = _replay_into(recording, workdir, "dyncc_demo_report")
-    print(_report(store, report_path))
-    print(f"report: {report_path} (this run's telemetry on a 5-minute time base)")
+        return 130 if result is not None and result.stopped_by else 1
+    replayed = _replay_into(recording, workdir, "dyncc_demo_report")
+    print(_report(replayed, workdir, report_path))
+    print(f"report: {report_path} (this run's telemetry and access logs on a 5-minute time base)")
     return 0

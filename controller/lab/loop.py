@@ -1,13 +1,14 @@
-"""The lab's orchestration: topology up, traffic on, then per accelerated round
-shaping -> telemetry -> scoring -> publish -> agent -> table, and everything torn down.
+"""The fleet lab's orchestration: network up, paths shaped, web servers and clients on, then per
+accelerated round: alternating paths flip -> telemetry loaded -> access logs loaded -> scoring ->
+staged publish -> agents -> table; and everything torn down.
 
-Rounds follow wall-clock buckets of `round_seconds` (the scoring bucket), so a
-round's telemetry is exactly one bucket.  At each boundary: alternating links
-flip, the pipeline confirms every polled batch is in the store, the control
-step scores the window that just closed and (through the publisher and the
-edge agent) installs routes, and the table for the round is printed.
-Whatever happens (error, Ctrl-C, SIGTERM via StopFlag), the traffic processes
-stop and every namespace of the run is deleted.
+Rounds follow wall-clock buckets of `round_seconds` (the scoring bucket), so a round's telemetry
+is exactly one bucket.  At each boundary: alternating paths flip, the pipeline confirms every
+polled batch is in the store, each edge host's new access-log lines are loaded, the control step
+scores the window that just closed and (through the publisher and the edge agents) installs
+routes, and one table row per (POP, path class) is printed.  Whatever happens (error, Ctrl-C,
+SIGTERM via StopFlag), the clients, web servers and delay relay stop and every namespace of the
+run is deleted.
 """
 
 from __future__ import annotations
@@ -25,34 +26,29 @@ from typing import Any, Protocol, TextIO
 
 from controller.lab import table as lab_table
 from controller.lab import topology as lab_topology
-from controller.lab.pipeline import TelemetryPipeline
-from controller.lab.traffic import TrafficProcs
+from controller.lab.model import ControlOutcome, LabScoring, PrefixScore
+from controller.lab.pipeline import EdgeSource, TelemetryPipeline
+from controller.lab.services import LabServices
 from controller.store import Store
 from dyncc_common.runtime import StopFlag
 
 log = logging.getLogger("dyncc.lab")
 
+__all__ = ["ControlOutcome", "Lab", "LabOptions", "LabResult", "PrefixScore", "RoundControl", "threshold_for"]
+
 
 @dataclass
 class LabOptions:
-    round_seconds: int = 20
+    round_seconds: int = 15
     rounds: int = 0  # 0: until `duration` (or stopped)
     duration: float = 0.0  # seconds; 0 with rounds 0: until stopped
     poll_interval: float = 0.5
-    lookback_buckets: int = 12
-    min_buckets: int = 4
-    slow: int = 2
-    alternating: int = 2
-    fine: int = 4
-    pop: str = "lab"
-    host: str = "lab-edge"
+    layout: lab_topology.Layout = field(default_factory=lab_topology.Layout)
+    scoring: LabScoring = field(default_factory=LabScoring)
+    think_time: float = 4.0  # mean seconds between a client's requests
     kafka: str | None = None
-    record: Path | None = None
-    threshold_quantile: float | None = None  # None: derived from the layout (see threshold_for)
-    holdout_fraction: float = 0.0
-    port: int = 8080
+    record: Path | None = None  # telemetry recording; access logs go beside it
     run_id: str = field(default_factory=lambda: secrets.token_hex(2))
-    shaping: lab_topology.Shaping = field(default_factory=lab_topology.Shaping)
 
     def planned_rounds(self) -> int:
         if self.rounds:
@@ -63,33 +59,19 @@ class LabOptions:
 
 
 def threshold_for(topo: lab_topology.Topology) -> float:
-    """A threshold quantile that falls between the shaped and the unshaped prefixes every round.
+    """A threshold quantile just above the share of prefixes on a poor path in a round (per POP).
 
     ClickHouse's quantileExact(q) over n values is the value at index floor(q * n); a prefix is
-    bad when below it, so floor(q * n) must equal the number of prefixes shaped in a round.
+    bad when below it, so floor(q * n) should cover the prefixes shaped in a round.
     """
-    n = len(topo.clients)
-    slow = sum(1 for c in topo.clients if c.slow_in_round(0))
+    prefixes = [p for p in topo.prefixes if p.pop == topo.pops[0]]
+    n = len(prefixes)
+    slow = sum(1 for p in prefixes if p.slow_in_round(0))
     return min((slow + 0.5) / n, 0.95) if n else 0.2
 
 
-@dataclass
-class PrefixScore:
-    counted_buckets: int
-    duty_cycle: float
-    flap_ratio: float
-    decision: str
-
-
-@dataclass
-class ControlOutcome:
-    scores: dict[str, PrefixScore]
-    routes: dict[str, str]  # owned route prefix -> congctl on the edge
-    note: str = ""
-
-
 class RoundControl(Protocol):
-    """Scoring + publishing + the edge agent, one call per round."""
+    """Scoring + publishing + the edge agents, one call per round."""
 
     def round(self, round_time: dt.datetime, round_no: int) -> ControlOutcome: ...
 
@@ -99,9 +81,11 @@ class RoundControl(Protocol):
 @dataclass
 class RoundRecord:
     round_no: int
+    round_time: dt.datetime
     header: lab_table.RoundHeader
-    rows: list[lab_table.PrefixRow]
+    rows: list[lab_table.ClassRow]
     outcome: ControlOutcome
+    new_sockets: dict[str, Counter[str]]
 
 
 @dataclass
@@ -110,36 +94,36 @@ class LabResult:
     rounds: list[RoundRecord] = field(default_factory=list)
     polls: int = 0
     rows: int = 0
+    requests: int = 0  # access-log rows loaded
     stopped_by: str = ""
     leftover_namespaces: list[str] = field(default_factory=list)
     first_selected: dict[str, int] = field(default_factory=dict)  # prefix -> round first selected
+    reverted: dict[str, tuple[int, str]] = field(default_factory=dict)  # prefix -> (round, reason)
+    errors: list[str] = field(default_factory=list)
 
 
-def _shaping_label(client: lab_topology.Client, round_no: int) -> str:
-    if client.profile == "alternating":
-        return "alt (slow)" if client.slow_in_round(round_no) else "alt (fast)"
-    return client.profile
-
-
-def round_rows(
-    topo: lab_topology.Topology, round_no: int, outcome: ControlOutcome, new: dict[str, Counter[str]]
-) -> list[lab_table.PrefixRow]:
-    rows = []
+def class_rows(
+    topo: lab_topology.Topology, outcome: ControlOutcome, new: dict[str, Counter[str]]
+) -> list[lab_table.ClassRow]:
+    """One row per (POP, class): decisions, bbr routes per edge host, new sockets' cc."""
+    rows: dict[tuple[str, str], lab_table.ClassRow] = {}
     for c in topo.clients:
-        s = outcome.scores.get(c.prefix)
-        rows.append(
-            lab_table.PrefixRow(
-                prefix=c.prefix,
-                shaping=_shaping_label(c, round_no),
-                counted_buckets=s.counted_buckets if s else None,
-                duty_cycle=s.duty_cycle if s else None,
-                flap_ratio=s.flap_ratio if s else None,
-                decision=s.decision if s else "",
-                route=outcome.routes.get(c.prefix, ""),
-                new_sockets=dict(new.get(c.prefix, {})),
-            )
-        )
-    return rows
+        row = rows.setdefault((c.pop, c.klass), lab_table.ClassRow(c.pop, c.klass))
+        hosts = [e.host for e in topo.edges_of(c.pop)]
+        if not row.routes:
+            row.routes = [0] * len(hosts)
+        for p in c.prefixes:
+            row.prefixes += 1
+            s = outcome.scores.get(p.prefix)
+            if s is not None and s.counted_buckets > 0:
+                row.scored += 1
+            if s is not None:
+                row.decisions[s.decision] += 1
+            for i, host in enumerate(hosts):
+                if outcome.routes.get(host, {}).get(p.prefix) == "bbr":
+                    row.routes[i] += 1
+            row.new_sockets.update(new.get(p.prefix, {}))
+    return list(rows.values())
 
 
 class Lab:
@@ -150,15 +134,15 @@ class Lab:
         opts: LabOptions,
         store: Store,
         make_control: Callable[[Store, lab_topology.Topology, LabOptions], RoundControl],
+        workdir: Path,
         out: TextIO | None = None,
     ) -> None:
         self.opts = opts
         self.store = store
         self.make_control = make_control
+        self.workdir = workdir
         self.out = out or sys.stdout
-        self.topo = lab_topology.describe(
-            opts.run_id, opts.slow, opts.alternating, opts.fine, port=opts.port, shaping=opts.shaping
-        )
+        self.topo = lab_topology.describe(opts.run_id, opts.layout)
 
     def _print(self, text: str) -> None:
         print(text, file=self.out, flush=True)
@@ -166,33 +150,27 @@ class Lab:
     def run(self, stop: StopFlag) -> LabResult:
         opts, topo = self.opts, self.topo
         result = LabResult(topo)
-        traffic = TrafficProcs()
+        services = LabServices(topo, self.workdir, self.store, think_time=opts.think_time)
         pipeline: TelemetryPipeline | None = None
         control: RoundControl | None = None
         meta: dict[str, Any] = {}
         try:
             lab_topology.build(topo)
-            lab_topology.apply_shaping(topo, 0)
-            traffic.start_server(topo.edge_ns, topo.port)
-            time.sleep(0.3)
-            for c in topo.clients:
-                traffic.start_client(c.ns, topo.edge_addr(c.family), topo.port, seed=c.index + 1)
+            services.start()
             pipeline = TelemetryPipeline(
                 self.store,
-                edge_ns=topo.edge_ns,
-                host=opts.host,
-                pop=opts.pop,
+                [EdgeSource(e.host, e.pop, e.ns) for e in topo.edges],
                 kafka=opts.kafka,
                 topic=f"dyncc-lab-{opts.run_id}-tcpinfo",
                 record=opts.record,
             )
             control = self.make_control(self.store, topo, opts)
             meta = self._meta()
-            self._loop(stop, result, traffic, pipeline, control)
+            self._loop(stop, result, services, pipeline, control)
         finally:
             if stop.is_set():
                 result.stopped_by = stop.signal_name or "stop"
-            traffic.stop()
+            services.stop_clients()
             if pipeline is not None:
                 pipeline.close({**meta, "polls": pipeline.stats.polls})
                 result.polls, result.rows = pipeline.stats.polls, pipeline.stats.rows
@@ -201,6 +179,9 @@ class Lab:
                     control.close()
                 except Exception as exc:  # teardown must go on
                     log.warning("closing the control step: %s", exc)
+            services.stop()
+            if opts.record is not None and meta:
+                services.save_access_logs(opts.record)
             result.leftover_namespaces = lab_topology.destroy(topo.namespaces)
             if result.leftover_namespaces:
                 log.error("could not delete namespaces: %s", " ".join(result.leftover_namespaces))
@@ -209,27 +190,69 @@ class Lab:
         return result
 
     def _meta(self) -> dict[str, Any]:
-        o = self.opts
+        o, topo = self.opts, self.topo
+        s = o.scoring
         return {
-            "format": "dyncc-lab-recording-1",
+            "format": "dyncc-lab-recording-2",
             "round_seconds": o.round_seconds,
-            "lookback_buckets": o.lookback_buckets,
-            "min_buckets": o.min_buckets,
-            "pop": o.pop,
-            "host": o.host,
-            "threshold_quantile": o.threshold_quantile
-            if o.threshold_quantile is not None
-            else threshold_for(self.topo),
-            "holdout_fraction": o.holdout_fraction,
-            "shaping": {"rate": o.shaping.rate, "burst": o.shaping.burst, "latency": o.shaping.latency},
-            "prefixes": {c.prefix: c.profile for c in self.topo.clients},
+            "scoring": {
+                "lookback_buckets": s.lookback_buckets,
+                "min_buckets": s.min_buckets,
+                "threshold_quantile": s.threshold_quantile or threshold_for(topo),
+                "holdout_fraction": s.holdout_fraction,
+                "min_hold_buckets": s.min_hold_buckets,
+                "max_new": s.max_new,
+                "min_samples": s.min_samples,
+            },
+            "pops": {pop: [e.host for e in topo.edges_of(pop)] for pop in topo.pops},
+            "prefixes": {p.prefix: [p.pop, p.klass] for p in topo.prefixes},
+            "paths": LabServices.describe_paths(),
         }
+
+    def _round(
+        self,
+        round_no: int,
+        boundary: int,
+        started: float,
+        result: LabResult,
+        services: LabServices,
+        pipeline: TelemetryPipeline,
+        control: RoundControl,
+    ) -> None:
+        opts, topo = self.opts, self.topo
+        services.shape_round(round_no)
+        new = pipeline.new_sockets.take()
+        pipeline.wait_loaded()
+        result.requests += services.load_access_logs()
+        round_time = dt.datetime.fromtimestamp(boundary, dt.UTC)
+        outcome = control.round(round_time, round_no)
+        rows = class_rows(topo, outcome, new)
+        decisions = Counter(s.decision for s in outcome.scores.values())
+        header = lab_table.RoundHeader(
+            round_no,
+            time.monotonic() - started,
+            opts.round_seconds,
+            decisions["select"] + decisions["keep"],
+            len(topo.prefixes),
+            decisions["holdout"],
+            outcome.note,
+        )
+        for p, s in outcome.scores.items():
+            if s.decision == "select" and p not in result.first_selected:
+                result.first_selected[p] = round_no
+            if s.decision == "revert" and p not in result.reverted:
+                result.reverted[p] = (round_no, s.reason)
+        result.rounds.append(RoundRecord(round_no, round_time, header, rows, outcome, new))
+        self._print(lab_table.render(header, rows) + "\n")
+        problems = services.problems()
+        if problems:
+            log.warning("lab services: %s", "; ".join(problems))
 
     def _loop(
         self,
         stop: StopFlag,
         result: LabResult,
-        traffic: TrafficProcs,
+        services: LabServices,
         pipeline: TelemetryPipeline,
         control: RoundControl,
     ) -> None:
@@ -240,9 +263,11 @@ class Lab:
         boundary = (int(time.time()) // rs + 1) * rs
         round_no = 0
         log.info(
-            "lab %s running: %d prefixes, %ds rounds%s; first boundary in %.0fs",
+            "lab %s running: %d POPs x %d edge hosts, %d prefixes, %ds rounds%s; first boundary in %.0fs",
             opts.run_id,
-            len(topo.clients),
+            len(topo.pops),
+            len(topo.edges) // max(len(topo.pops), 1),
+            len(topo.prefixes),
             rs,
             f", {planned} rounds" if planned else "",
             boundary - time.time(),
@@ -252,36 +277,12 @@ class Lab:
         while not stop.is_set():
             if time.time() >= boundary:
                 round_no += 1
-                lab_topology.apply_shaping(topo, round_no)
-                new = pipeline.new_sockets.take()
-                pipeline.wait_loaded()
-                round_time = dt.datetime.fromtimestamp(boundary, dt.UTC)
-                outcome = control.round(round_time, round_no)
-                rows = round_rows(topo, round_no - 1, outcome, new)
-                routed = {p for p, cc in outcome.routes.items() if cc == "bbr"}
-                selected = sum(1 for s in outcome.scores.values() if s.decision in ("select", "keep"))
-                header = lab_table.RoundHeader(
-                    round_no,
-                    time.monotonic() - started,
-                    rs,
-                    selected,
-                    len(topo.clients),
-                    len(outcome.routes),
-                    lab_table.bbr_share(rows, True, routed),
-                    lab_table.bbr_share(rows, False, routed),
-                    outcome.note,
-                )
-                for p, s in outcome.scores.items():
-                    if s.decision == "select" and p not in result.first_selected:
-                        result.first_selected[p] = round_no
-                result.rounds.append(RoundRecord(round_no, header, rows, outcome))
-                self._print(lab_table.render(header, rows) + "\n")
-                if traffic.exited():
-                    log.warning("%d traffic processes ended early", traffic.exited())
+                self._round(round_no, boundary, started, result, services, pipeline, control)
                 if planned and round_no >= planned:
                     break
                 boundary += rs
                 if time.time() >= boundary:  # a slow round: skip to the next boundary
+                    log.warning("round %d took longer than a bucket; skipping to the next boundary", round_no)
                     boundary = (int(time.time()) // rs + 1) * rs
             now = time.monotonic()
             if now >= next_poll:

@@ -1,66 +1,110 @@
 """Run one lab end to end (store, control step, loop) and summarise it; used by `dyncc lab` and
 `dyncc demo`.
 
-The summary answers what a person watching the lab wants to know: which prefixes
-were selected and in which round, which owned routes the edge holds at the end,
-and the bbr share of new sockets from routed prefixes against the others.
-`check_options` validates LabOptions (ConfigError, one line) before anything is
-built; run_lab calls it first.
+The summary answers what a person watching the lab wants to know, per path class: how many
+prefixes were selected (and from which round), held out, reverted (and why), never selected;
+the measured effect of BBR on the treated prefixes against the holdout's change (difference in
+differences of the p10 delivery rate and the p10 goodput from the access logs, with a 95 %
+bootstrap interval: controller/lab/outcomes.py, controller/report/effects.py); the staged
+rollout (canary, then the POP) per config version; the routes the edge hosts hold at the end and
+the bbr share of new sockets.  `check_options` validates LabOptions (ConfigError, one line)
+before anything is built; run_lab calls it first.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from controller.lab.control import make_control_factory
 from controller.lab.loop import Lab, LabOptions, LabResult
+from controller.lab.outcomes import ClassOutcome, RoundView, class_outcomes, pct, phase_values, phases
+from controller.lab.table import bbr_count
+from controller.lab.topology import CLASSES
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
+from controller.store.sql import query
 from dyncc_common.errors import ConfigError
-from dyncc_common.names import check_brokers, check_pop
+from dyncc_common.names import check_brokers
 from dyncc_common.runtime import StopFlag
 
 log = logging.getLogger("dyncc.lab")
 
+METRICS = (("delivery", "lab_rate_buckets", "p10 delivery rate"), ("goodput", "lab_goodput_buckets", "p10 goodput"))
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a summary needs of one run, live or replayed."""
+
+    classes: dict[str, str]  # prefix -> path class
+    pops: dict[str, str]  # prefix -> POP
+    hosts: dict[str, list[str]]  # POP -> edge hosts
+    rounds: list[RoundView]
+    new_sockets: list[dict[str, Counter[str]]]  # per round: prefix -> cc -> new sockets
+    bucket_s: int
+
 
 @dataclass
 class LabSummary:
-    result: LabResult
-    selected: list[str] = field(default_factory=list)  # decision select/keep in the last round
-    routes: dict[str, str] = field(default_factory=dict)  # owned routes at the end
-    bbr_routed: tuple[int, int] = (0, 0)  # (bbr, total) new sockets, routed prefixes
+    headline: str
+    classes: dict[str, ClassOutcome] = field(default_factory=dict)
+    reverted: list[tuple[str, str, int, str]] = field(default_factory=list)  # pop, prefix, round, reason
+    rollout: list[str] = field(default_factory=list)  # one line per POP: the staged waves seen
+    routes: dict[str, int] = field(default_factory=dict)  # host -> bbr routes at the end
+    bbr_routed: tuple[int, int] = (0, 0)  # (bbr, total) new sockets of prefixes with a bbr route
     bbr_others: tuple[int, int] = (0, 0)
+    result: LabResult | None = None  # the live run, when there was one
+    footer: list[str] = field(default_factory=list)
 
     def summary_text(self) -> str:
-        r = self.result
-        topo = r.topology
-        profile = {c.prefix: c.profile for c in topo.clients}
-        lines = [
-            f"lab {topo.run_id}: {len(r.rounds)} rounds, {r.polls} polls, {r.rows} socket samples"
-            + (f", stopped by {r.stopped_by}" if r.stopped_by else "")
-        ]
-        if self.selected:
-            first = ", ".join(
-                f"{p} ({profile.get(p, '?')}, round {r.first_selected.get(p, '?')})" for p in self.selected
-            )
-            lines.append(f"selected for bbr: {first}")
-        else:
-            lines.append("selected for bbr: none")
+        lines = [self.headline]
         lines.append(
-            "routes on the edge (proto 250): "
-            + (", ".join(f"{p} congctl {cc}" for p, cc in sorted(self.routes.items())) or "none")
+            f"{'class':<12} {'prefixes':>8} {'selected':>8} {'first':>5} {'holdout':>7} {'reverted':>8}  "
+            f"{'p10 delivery rate vs holdout':<36}  p10 goodput vs holdout"
         )
+        for klass in CLASSES:
+            c = self.classes.get(klass)
+            if c is None:
+                continue
+            first = f"r{c.first_selected_round}" if c.first_selected_round else "-"
+            cells = [
+                f"{klass:<12} {c.prefixes:>8} {c.selected:>8} {first:>5} {c.holdout:>7} {c.reverted:>8}",
+                f"{_effect(c.effects.get('delivery')):<36}",
+                _effect(c.effects.get("goodput")),
+            ]
+            lines.append("  ".join(cells).rstrip())
         lines.append(
-            f"bbr on new sockets: routed prefixes {_share(self.bbr_routed)}, other prefixes {_share(self.bbr_others)}"
+            "(effect: difference in differences of treated vs holdout prefixes, before vs after BBR, "
+            "95% bootstrap interval, prefixes treated vs holdout)"
         )
-        lines.append("namespaces left: " + (" ".join(r.leftover_namespaces) or "none"))
-        return "\n".join(lines)
+        for pop, prefix, round_no, reason in self.reverted[:6]:
+            lines.append(f"reverted {prefix} ({pop}, round {round_no}): {reason}")
+        if len(self.reverted) > 6:
+            lines.append(f"... and {len(self.reverted) - 6} more reverted")
+        lines += [f"rollout {line}" for line in self.rollout]
+        lines.append("bbr routes at the end: " + (", ".join(f"{h} {n}" for h, n in self.routes.items()) or "none"))
+        lines.append(
+            f"bbr on new sockets: prefixes with a bbr route {_share(self.bbr_routed)}, others {_share(self.bbr_others)}"
+        )
+        return "\n".join(lines + self.footer)
+
+
+def _effect(did: Any) -> str:
+    """'+85% [+60%, +110%] (9 vs 4)' or the reason there is no estimate."""
+    if did is None:
+        return "-"
+    if did.estimate is None:
+        return f"n/a: {did.reason}"[:60]
+    return (
+        f"{pct(did.estimate)} [{pct(did.ci_low)}, {pct(did.ci_high)}] "
+        f"({did.treated.prefixes} vs {did.holdout.prefixes})"
+    )
 
 
 def _share(pair: tuple[int, int]) -> str:
@@ -68,41 +112,111 @@ def _share(pair: tuple[int, int]) -> str:
     return f"{bbr}/{total} ({bbr / total * 100:.0f}%)" if total else "no new sockets"
 
 
-def summarize(result: LabResult) -> LabSummary:
-    """Selections and routes of the last round; bbr shares over the rounds after routes appeared."""
-    if not result.rounds:
-        return LabSummary(result)
-    last = result.rounds[-1]
-    selected = sorted(p for p, s in last.outcome.scores.items() if s.decision in ("select", "keep"))
-    routes = dict(last.outcome.routes)
+def live_record(result: LabResult) -> RunRecord:
+    topo = result.topology
+    rounds = [RoundView(r.round_no, int(r.round_time.timestamp()), r.outcome) for r in result.rounds]
+    bucket = 0
+    if len(result.rounds) > 1:
+        span = (result.rounds[-1].round_time - result.rounds[0].round_time).total_seconds()
+        bucket = int(span) // (len(result.rounds) - 1)
+    return RunRecord(
+        topo.classes(),
+        topo.prefix_pops(),
+        {pop: [e.host for e in topo.edges_of(pop)] for pop in topo.pops},
+        rounds,
+        [r.new_sockets for r in result.rounds],
+        bucket or 1,
+    )
+
+
+def summarize(result: LabResult, store: Store | None = None) -> LabSummary:
+    """The live run's summary (effects when `store` is given)."""
+    topo = result.topology
+    headline = (
+        f"lab {topo.run_id}: {len(result.rounds)} rounds, {len(topo.pops)} POPs x "
+        f"{len(topo.edges) // max(len(topo.pops), 1)} edge hosts, {len(topo.prefixes)} client prefixes, "
+        f"{result.polls} polls, {result.rows} socket samples, {result.requests} HTTP requests"
+        + (f", stopped by {result.stopped_by}" if result.stopped_by else "")
+    )
+    summary = summarize_run(live_record(result), headline, store)
+    summary.result = result
+    summary.footer.append("namespaces left: " + (" ".join(result.leftover_namespaces) or "none"))
+    return summary
+
+
+def summarize_run(run: RunRecord, headline: str, store: Store | None = None) -> LabSummary:
+    """Per-class outcomes (effects when `store` is given), staged waves, routes and bbr shares."""
+    summary = LabSummary(headline)
+    if not run.rounds:
+        return summary
+    prefix_phases = phases(run.rounds, run.classes, run.pops, run.hosts, run.bucket_s)
+    summary.classes = class_outcomes(prefix_phases)
+    summary.reverted = sorted(
+        (ph.pop, ph.prefix, ph.reverted_round, ph.reason) for ph in prefix_phases.values() if ph.reverted_round
+    )
+    if store is not None:
+        _effects(store, summary, prefix_phases, run.rounds, run.bucket_s)
+    summary.rollout = _waves(run)
+    last = run.rounds[-1].outcome.routes
+    summary.routes = {host: sum(1 for cc in routes.values() if cc == "bbr") for host, routes in sorted(last.items())}
     routed, others = Counter[str](), Counter[str]()
-    for rec in result.rounds:
+    previous: dict[str, dict[str, str]] = {}
+    for view, new in zip(run.rounds, run.new_sockets, strict=True):
         # a round's new sockets met the routes installed at the end of the previous round
-        prev_routes = _routes_before(result, rec.round_no)
-        for row in rec.rows:
-            (routed if prev_routes.get(row.prefix) == "bbr" else others).update(row.new_sockets)
-    pair = lambda c: (sum(n for cc, n in c.items() if cc.startswith("bbr")), sum(c.values()))  # noqa: E731
-    return LabSummary(result, selected, routes, pair(routed), pair(others))
+        for prefix, counts in new.items():
+            hosts = run.hosts.get(run.pops.get(prefix, ""), [])
+            any_bbr = any(previous.get(h, {}).get(prefix) == "bbr" for h in hosts)
+            (routed if any_bbr else others).update(counts)
+        previous = view.outcome.routes
+    summary.bbr_routed, summary.bbr_others = bbr_count(routed), bbr_count(others)
+    return summary
 
 
-def _routes_before(result: LabResult, round_no: int) -> dict[str, str]:
-    for rec in result.rounds:
-        if rec.round_no == round_no - 1:
-            return rec.outcome.routes
-    return {}
+def _effects(store: Store, summary: LabSummary, prefix_phases: Any, views: list[RoundView], bucket: int) -> None:
+    from controller.report.effects import did
+
+    start = dt.datetime.fromtimestamp(views[0].end_s - bucket, dt.UTC).replace(tzinfo=None)
+    end = dt.datetime.fromtimestamp(views[-1].end_s, dt.UTC).replace(tzinfo=None)
+    for metric, name, _label in METRICS:
+        try:
+            buckets = store.query_df(query(name), {"start": start, "end": end, "bucket": bucket})
+        except Exception as exc:  # the summary must not fail the run
+            log.warning("lab summary: %s not computed: %s", name, exc)
+            continue
+        for klass, c in summary.classes.items():
+            stats = phase_values(buckets, prefix_phases, klass)
+            if c.selected:
+                c.effects[metric] = did(stats, klass, min_samples=3)
 
 
-# tc(8) rates: bits (bit, kbit, mbit, gbit, tbit, IEC kibit...) or bytes (bps, kbps, ...) per second
-_TC_RATE = re.compile(r"^(\d+(?:\.\d+)?)(?:[kmgt]i?)?(?:bit|bps)$|^(\d+)$", re.IGNORECASE)
+def _waves(run: RunRecord) -> list[str]:
+    """Per POP: each set of bbr prefixes the hosts held, the round its first host held it and the
+    round every host of the POP did (the canary wave, then the POP)."""
+    lines = []
+    for pop, pop_hosts in sorted(run.hosts.items()):
+        seen: dict[str, dict[int, set[str]]] = {}
+        for view in run.rounds:
+            for host in pop_hosts:
+                key = ",".join(sorted(p for p, cc in view.outcome.routes.get(host, {}).items() if cc == "bbr"))
+                seen.setdefault(key, {}).setdefault(view.round_no, set()).add(host)
+        waves = []
+        for key, by_round in seen.items():
+            if not key:
+                continue
+            rounds = sorted(by_round)
+            first, first_hosts = rounds[0], by_round[rounds[0]]
+            everyone = next((r for r in rounds if by_round[r] >= set(pop_hosts)), 0)
+            n = key.count(",") + 1
+            text = f"{n} prefixes: round {first} on {', '.join(sorted(first_hosts))}"
+            if everyone and everyone != first:
+                text += f", round {everyone} on all {len(pop_hosts)} hosts"
+            waves.append(text)
+        lines.append(f"{pop}: " + ("; ".join(waves) if waves else "no bbr routes"))
+    return lines
 
 
 def check_options(opts: LabOptions) -> None:
     """ConfigError (one line) for options the lab would only trip over after building namespaces."""
-    rate = opts.shaping.rate
-    match = _TC_RATE.match(rate)
-    if not match or float(match.group(1) or match.group(2)) <= 0:
-        raise ConfigError(f"bad --rate {rate!r}: a tc rate such as 4mbit, 500kbit or 1gbit")
-    check_pop(opts.pop)
     if opts.kafka is not None:
         check_brokers(opts.kafka, "--kafka")
     if not opts.run_id.isalnum() or len(opts.run_id) > 8:
@@ -126,7 +240,7 @@ def run_lab(opts: LabOptions, url: str, workdir: Path, stop: StopFlag, out: Text
     check_options(opts)
     store = open_lab_store(url)
     log.info("lab store %s", store.url.redacted())
-    lab = Lab(opts, store, make_control_factory(workdir), out=out)
+    lab = Lab(opts, store, make_control_factory(workdir), workdir, out=out)
     with stop.installed():
         result = lab.run(stop)
-    return summarize(result)
+    return summarize(result, store)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import ClassVar
 
 from dyncc_common.errors import ConfigError
-from dyncc_common.names import check_pop
 from dyncc_common.settings import BOOL, CONFIG_FILE, DURATION, FLOAT, INT, PATH, STR, VERBOSE, Settings, reuse, setting
 
 __all__ = ["DemoSettings", "LabSettings"]
@@ -23,66 +22,73 @@ def _not_negative(value: int, what: str) -> int:
     return value
 
 
-def _pop(value: str, what: str) -> str:
-    return check_pop(value, what)
-
-
 @dataclasses.dataclass(frozen=True)
 class LabSettings(Settings):
-    """A namespace lab with shaped clients running the whole dyncc loop (needs root)."""
+    """A fleet-like namespace lab (POPs, edge hosts, path classes) running the whole dyncc loop (needs root)."""
 
     COMPONENT: ClassVar[str] = "lab"
 
-    round_seconds: int = setting(20, INT, "wall seconds per round = per scoring bucket (a 5-minute round, accelerated)")
+    round_seconds: int = setting(15, INT, "wall seconds per round = per scoring bucket (a 5-minute round, accelerated)")
     rounds: int = setting(0, INT, "stop after N rounds", validator=_not_negative)
     duration: float | None = setting(
-        None, DURATION, "stop after this long (e.g. 3m)", default_text="--rounds, else until Ctrl-C"
+        None, DURATION, "stop after this long (e.g. 4m)", default_text="--rounds, else until Ctrl-C"
     )
     poll_interval: float = setting("500ms", DURATION, "collector poll interval")
-    lookback_buckets: int = setting(12, INT, "scoring lookback in rounds")
-    min_buckets: int = setting(4, INT, "counted rounds needed before a prefix is scored")
-    slow: int = setting(2, INT, "client prefixes that are always shaped", validator=_not_negative)
-    alternating: int = setting(2, INT, "client prefixes shaped every other round", validator=_not_negative)
-    fine: int = setting(4, INT, "client prefixes never shaped", validator=_not_negative)
-    rate: str = setting("4mbit", STR, "tbf rate of a shaped link")
-    threshold_quantile: float | None = setting(
-        None, FLOAT, "scoring threshold quantile", default_text="just above the share of shaped prefixes"
+    pops: int = setting(2, INT, "POPs (1-2)")
+    hosts_per_pop: int = setting(2, INT, "edge hosts per POP (the first is the canary)")
+    prefixes_per_pop: int = setting(64, INT, "client prefixes per POP (the ones not in another class are fine)")
+    lossy: int = setting(
+        10, INT, "prefixes per POP on a long, rate-limited path with random loss", validator=_not_negative
     )
-    holdout: float = setting(0.0, FLOAT, "holdout fraction (0: every selected prefix is treated)")
+    deep: int = setting(6, INT, "prefixes per POP behind a deep-buffer bottleneck", validator=_not_negative)
+    alternating: int = setting(6, INT, "prefixes per POP whose path is poor every other round", validator=_not_negative)
+    lowrtt: int = setting(4, INT, "prefixes per POP on a rate-limited, low-RTT path", validator=_not_negative)
+    lookback_buckets: int = setting(6, INT, "scoring lookback in rounds")
+    min_buckets: int = setting(4, INT, "counted rounds needed before a prefix is scored")
+    min_hold_buckets: int = setting(8, INT, "rounds on BBR before a prefix may be reverted")
+    max_new: int = setting(40, INT, "most new selections per POP and round")
+    threshold_quantile: float | None = setting(
+        None, FLOAT, "scoring threshold quantile", default_text="just above the share of poor paths in a round"
+    )
+    holdout: float = setting(0.3, FLOAT, "holdout fraction of the candidates (control group)")
+    think_time: float = setting("4s", DURATION, "mean time between one client's HTTP requests")
     store: str = setting(
         "", STR, "clickhouse://user:pass@host:port/db or chdb:///dir", metavar="URL",
         default_text="chDB in --store-dir",
     )  # fmt: skip
     store_dir: Path | None = setting(None, PATH, "chDB directory", default_text="a new temp dir")
     kafka: str | None = setting(
-        None, STR, "route telemetry and configs through this Kafka (collector sink -> ingest; publisher -> agent)",
+        None, STR, "route telemetry and configs through this Kafka (collector sinks -> ingest; publisher -> agents)",
         metavar="BROKERS",
     )  # fmt: skip
     record: Path | None = setting(
-        None, PATH, "also record the telemetry (gzip, length-delimited TcpInfoBatch) for `dyncc demo` replays",
-        metavar="PATH",
+        None, PATH, "also record the telemetry (gzip, length-delimited TcpInfoBatch) and the access logs for "
+        "`dyncc demo` replays", metavar="PATH",
     )  # fmt: skip
-    pop: str = setting("lab", STR, "POP name of the lab edge", validator=_pop)
     run_id: str = setting("", STR, "namespace suffix", default_text="random 4 hex digits")
     cleanup: bool = setting(False, BOOL, "remove leftover dlab-* namespaces and exit")
     verbose: bool = reuse(VERBOSE)
     config: str | None = reuse(CONFIG_FILE)
 
     def __post_init__(self) -> None:
-        if self.round_seconds < 2:
-            raise ConfigError("--round-seconds must be at least 2")
-        if self.slow + self.alternating + self.fine == 0:
-            raise ConfigError("the lab needs at least one client prefix")
+        if self.round_seconds < 5:
+            raise ConfigError("--round-seconds must be at least 5")
         if self.lookback_buckets < 2:
             raise ConfigError("--lookback-buckets must be at least 2")
         if not 1 <= self.min_buckets <= self.lookback_buckets:
             raise ConfigError("--min-buckets must be between 1 and --lookback-buckets")
+        if self.min_hold_buckets < 1:
+            raise ConfigError("--min-hold-buckets must be at least 1")
+        if self.max_new < 1:
+            raise ConfigError("--max-new must be at least 1")
         if self.threshold_quantile is not None and not 0 < self.threshold_quantile < 1:
             raise ConfigError("--threshold-quantile must be within (0, 1)")
         if not 0 <= self.holdout < 1:
             raise ConfigError("--holdout must be within [0, 1)")
-        if not 0.1 <= self.poll_interval <= self.round_seconds / 2:
-            raise ConfigError("--poll-interval must be between 100ms and half a round")
+        if not 0.2 <= self.poll_interval <= self.round_seconds / 2:
+            raise ConfigError("--poll-interval must be between 200ms and half a round")
+        if not 0.5 <= self.think_time <= 60:
+            raise ConfigError("--think-time must be between 500ms and 60s")
         if self.run_id and (not self.run_id.isalnum() or len(self.run_id) > 8):
             raise ConfigError("--run-id: 1-8 letters or digits")
 
@@ -93,8 +99,8 @@ class DemoSettings(Settings):
 
     COMPONENT: ClassVar[str] = "demo"
 
-    duration: float = setting("3m", DURATION, "live lab length")
-    round_seconds: int = setting(20, INT, "one accelerated 5-minute round, in seconds")
+    duration: float = setting("4m", DURATION, "live lab length")
+    round_seconds: int = setting(15, INT, "one accelerated 5-minute round, in seconds")
     replay: bool = setting(False, BOOL, "replay the recorded telemetry even when root")
     recording: Path | None = setting(None, PATH, "telemetry to replay", default_text="demo/lab-telemetry.bin.gz")
     workdir: Path | None = setting(None, PATH, "where the store and report go", default_text="a new temp dir")

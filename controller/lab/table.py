@@ -1,27 +1,29 @@
-"""The lab's live table: one row per client prefix per round (pure text rendering).
+"""The lab's live table: one row per (POP, path class) per round (pure text rendering).
 
-round 5  t=+100s  bucket 20s  selected 2/8  routes 2  bbr on new sockets: selected 100%, others 0%
-prefix               shaping      buckets  duty  flap  decision  route  new sockets (cc)
-198.51.100.0/24      slow               4  1.00  0.00  select    bbr    bbr 6
+round 5  t=+75s  bucket 15s  on bbr 18/128  holdout 6  configs: lab-a published v2; lab-b held v1
+pop    class        prefixes scored select keep holdout revert skip  bbr routes (per host)  new sockets bbr
+lab-a  lossy              10     10      0    7       3      0    0  7 7                    41/52 (79%)
 ...
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+DECISIONS = ("select", "keep", "holdout", "revert", "skip")
 
-@dataclass(frozen=True)
-class PrefixRow:
-    prefix: str
-    shaping: str  # slow | alternating (slow now / fast now) | fine
-    counted_buckets: int | None  # None: not scored yet
-    duty_cycle: float | None
-    flap_ratio: float | None
-    decision: str  # scoring decision, "" when not scored
-    route: str  # congctl of the edge's owned route for the prefix, "" = none
-    new_sockets: Mapping[str, int] = field(default_factory=dict)  # cc name -> new sockets this round
+
+@dataclass
+class ClassRow:
+    pop: str
+    klass: str
+    prefixes: int = 0
+    scored: int = 0
+    decisions: Counter[str] = field(default_factory=Counter)
+    routes: list[int] = field(default_factory=list)  # per edge host of the POP: prefixes with a bbr route
+    new_sockets: Counter[str] = field(default_factory=Counter)  # cc -> new sockets this round
 
 
 @dataclass(frozen=True)
@@ -29,75 +31,45 @@ class RoundHeader:
     round_no: int
     elapsed_s: float
     bucket_s: int
-    selected: int
+    on_bbr: int
     prefixes: int
-    routes: int
-    bbr_share_selected: float | None
-    bbr_share_others: float | None
+    holdout: int
     note: str = ""
 
 
-def bbr_share(rows: Sequence[PrefixRow], selected: bool, routed: set[str] | None = None) -> float | None:
-    """bbr share of new sockets over the rows with (selected=True) or without an owned bbr route."""
-    bbr = total = 0
-    for row in rows:
-        has_route = row.route == "bbr" if routed is None else row.prefix in routed
-        if has_route != selected:
-            continue
-        for cc, n in row.new_sockets.items():
-            total += n
-            if cc.startswith("bbr"):
-                bbr += n
-    return bbr / total if total else None
+def bbr_count(counts: Mapping[str, int]) -> tuple[int, int]:
+    """(bbr, total) of a cc -> count mapping."""
+    return sum(n for cc, n in counts.items() if cc.startswith("bbr")), sum(counts.values())
 
 
-def _num(value: float | None, width: int, fmt: str = ".2f") -> str:
-    return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value * 100:.0f}%"
-
-
-def format_cc(counts: Mapping[str, int]) -> str:
-    if not counts:
-        return "-"
-    return " ".join(f"{cc or '?'} {n}" for cc, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+def _share(counts: Mapping[str, int]) -> str:
+    bbr, total = bbr_count(counts)
+    return f"{bbr}/{total} ({bbr / total * 100:.0f}%)" if total else "-"
 
 
 COLUMNS = (
-    ("prefix", 22),
-    ("shaping", 12),
-    ("buckets", 7),
-    ("duty", 5),
-    ("flap", 5),
-    ("decision", 10),
-    ("route", 6),
-    ("new sockets (cc)", 0),
+    ("pop", 7),
+    ("class", 12),
+    ("prefixes", 8),
+    ("scored", 6),
+    *((d, max(len(d), 4)) for d in DECISIONS),
+    ("bbr routes/host", 16),
+    ("new sockets on bbr", 0),
 )
 
 
-def render(header: RoundHeader, rows: Sequence[PrefixRow]) -> str:
+def render(header: RoundHeader, rows: Sequence[ClassRow]) -> str:
     """The table text for one round (no trailing newline)."""
     first = (
         f"round {header.round_no}  t=+{header.elapsed_s:.0f}s  bucket {header.bucket_s}s  "
-        f"selected {header.selected}/{header.prefixes}  routes {header.routes}  "
-        f"bbr on new sockets: routed {_pct(header.bbr_share_selected)}, "
-        f"others {_pct(header.bbr_share_others)}"
+        f"on bbr {header.on_bbr}/{header.prefixes}  holdout {header.holdout}"
     )
     lines = [first + (f"  ({header.note})" if header.note else "")]
     lines.append(" ".join(f"{name:<{w}}" if w else name for name, w in COLUMNS).rstrip())
     for r in rows:
-        buckets = "-" if r.counted_buckets is None else str(r.counted_buckets)
-        cells = [
-            f"{r.prefix:<22}",
-            f"{r.shaping:<12}",
-            f"{buckets:>7}",
-            _num(r.duty_cycle, 5),
-            _num(r.flap_ratio, 5),
-            f"{r.decision or '-':<10}",
-            f"{r.route or '-':<6}",
-            format_cc(r.new_sockets),
-        ]
+        cells = [f"{r.pop:<7}", f"{r.klass:<12}", f"{r.prefixes:>8}", f"{r.scored:>6}"]
+        cells += [f"{r.decisions.get(d, 0):>{max(len(d), 4)}}" for d in DECISIONS]
+        cells.append(f"{' '.join(str(n) for n in r.routes) or '-':<16}")
+        cells.append(_share(r.new_sockets))
         lines.append(" ".join(cells).rstrip())
     return "\n".join(lines)

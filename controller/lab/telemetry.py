@@ -38,8 +38,10 @@ class NewSockets:
         self.counts: dict[str, Counter[str]] = defaultdict(Counter)
         self.malformed = 0
 
-    def observe(self, batches: Iterable[bytes]) -> None:
-        baseline = self.polls == 0  # sockets already open at the first poll are not "new"
+    def observe(self, batches: Iterable[bytes], first: bool | None = None) -> None:
+        """Count the new sockets of one poll's batches; `first`: sockets seen now are a baseline,
+        not new (default: this is the tracker's first call)."""
+        baseline = self.polls == 0 if first is None else first  # sockets open at the first poll are not new
         self.polls += 1
         for data in batches:
             try:

@@ -96,7 +96,12 @@ def _fmt_rate(bytes_per_s: float) -> str:
 
 
 def _fmt_hours(seconds: float) -> str:
-    return f"{seconds / 3600:.1f} h"
+    """A duration for a reason text: hours, or minutes / seconds below two of the next unit (a lab clock)."""
+    if abs(seconds) >= 7200:
+        return f"{seconds / 3600:.1f} h"
+    if abs(seconds) >= 120:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.0f} s"
 
 
 def decide(

@@ -1,5 +1,7 @@
-"""`dyncc lab` end to end, short: real namespaces, tbf, transfers, collector, chDB, scoring,
-publisher and the edge agent.  Slow (about 90 s) and root only."""
+"""`dyncc lab` end to end, short: the fleet lab (2 POPs x 2 edge hosts, five path classes, nginx,
+HTTP clients, htb/u32 shaping, BPF loss, the delay relay), collectors, chDB, access-log loading,
+scoring, the staged publisher and the edge agents, then the report on the lab's store.
+Slow (about 4 minutes) and root only."""
 
 from __future__ import annotations
 
@@ -14,12 +16,18 @@ import pytest
 
 from controller.lab import topology as lab_topology
 from controller.lab.control import make_control_factory
-from controller.lab.loop import ControlOutcome, Lab, LabOptions
+from controller.lab.loop import Lab, LabOptions
+from controller.lab.model import ControlOutcome, LabScoring
 from controller.lab.run import open_lab_store, summarize
+from controller.report import write_report
 from dyncc_common.runtime import StopFlag
 from tests.support.netns_util import require_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]
+
+ROUNDS = 14
+ROUND_SECONDS = 12
+LAYOUT = lab_topology.Layout(per_pop=32, lossy=8, deep=4, alternating=4, lowrtt=2)
 
 
 def _sh(*cmd: str) -> str:
@@ -27,21 +35,23 @@ def _sh(*cmd: str) -> str:
 
 
 class Probe:
-    """Wraps the real control step; after each round records what the edge really has."""
+    """Wraps the real control step; after each round records what every edge host really has."""
 
     def __init__(self, inner, topo):
         self.inner, self.topo = inner, topo
-        self.routes: list[str] = []
-        self.ss: list[str] = []
+        self.routes: list[dict[str, str]] = []
+        self.ss: list[dict[str, str]] = []
 
     def round(self, round_time: dt.datetime, round_no: int) -> ControlOutcome:
         out = self.inner.round(round_time, round_no)
-        edge = self.topo.edge_ns
-        self.routes.append(
-            _sh("ip", "-n", edge, "route", "show", "proto", "250")
-            + _sh("ip", "-n", edge, "-6", "route", "show", "proto", "250")
-        )
-        self.ss.append(_sh("ip", "netns", "exec", edge, "ss", "-tin", "state", "established"))
+        routes, ss = {}, {}
+        for e in self.topo.edges:
+            routes[e.host] = _sh("ip", "-n", e.ns, "route", "show", "proto", "250") + _sh(
+                "ip", "-n", e.ns, "-6", "route", "show", "proto", "250"
+            )
+            ss[e.host] = _sh("ip", "netns", "exec", e.ns, "ss", "-tin", "state", "established")
+        self.routes.append(routes)
+        self.ss.append(ss)
         return out
 
     def close(self) -> None:
@@ -61,10 +71,16 @@ def _cc_by_peer(ss_text: str) -> dict[str, set[str]]:
     return out
 
 
-def test_lab_selects_slow_prefixes_and_routes_them_to_bbr(chdb_url: str, tmp_path: Path):
+def test_fleet_lab_selects_by_class_and_rolls_out_in_stages(chdb_url: str, tmp_path: Path):
     require_root()
     run_id = secrets.token_hex(3)
-    opts = LabOptions(round_seconds=10, rounds=8, lookback_buckets=6, min_buckets=3, run_id=run_id)
+    opts = LabOptions(
+        round_seconds=ROUND_SECONDS,
+        rounds=ROUNDS,
+        layout=LAYOUT,
+        scoring=LabScoring(lookback_buckets=6, min_buckets=3, min_hold_buckets=6, holdout_fraction=0.25),
+        run_id=run_id,
+    )
     probes: list[Probe] = []
     real_factory = make_control_factory(tmp_path)
 
@@ -73,38 +89,75 @@ def test_lab_selects_slow_prefixes_and_routes_them_to_bbr(chdb_url: str, tmp_pat
         return probes[-1]
 
     out = io.StringIO()
-    lab = Lab(opts, open_lab_store(chdb_url), factory, out=out)
-    stop = StopFlag()
-    result = lab.run(stop)
-    summary = summarize(result)
-    text = out.getvalue()
+    store = open_lab_store(chdb_url)
+    lab = Lab(opts, store, factory, tmp_path, out=out)
+    result = lab.run(StopFlag())
+    summary = summarize(result, store)
+    text = out.getvalue() + "\n" + summary.summary_text()
     topo = lab.topo
-    slow = [c for c in topo.clients if c.profile == "slow"]
-    fine = [c for c in topo.clients if c.profile == "fine"]
 
-    # torn down: no namespace of this run (nor any process in it) is left
+    # torn down: no namespace of this run, no nginx or relay of it
     assert result.leftover_namespaces == []
     assert not [n for n in lab_topology.lab_namespaces() if n.startswith(f"dlab-{run_id}")]
-    assert len(result.rounds) == 8 and "round 8" in text
+    assert str(tmp_path) not in _sh("ps", "-eo", "args")
+    assert len(result.rounds) == ROUNDS and f"round {ROUNDS}" in text
+    # both POPs and every class took part
+    assert {p.pop for p in topo.prefixes} == {"lab-a", "lab-b"}
+    assert {p.klass for p in topo.prefixes} == set(lab_topology.CLASSES)
 
-    # the consistently slow prefixes are selected, the fine ones are not
-    last = result.rounds[-1].outcome
-    for c in slow:
-        assert last.scores[c.prefix].decision in ("select", "keep"), text
-    for c in fine:
-        assert last.scores.get(c.prefix) is None or last.scores[c.prefix].decision not in ("select", "keep")
-    # ... and get congctl bbr routes (proto 250) on the edge, the fine ones do not
-    routes = probes[0].routes[-1]
-    for c in slow:
-        assert re.search(rf"^{re.escape(c.prefix)} .*congctl bbr", routes, re.M), routes
-    for c in fine:
-        assert c.prefix not in routes
-    # new connections from selected prefixes use bbr, fine prefixes stay on cubic
-    ss = _cc_by_peer(probes[0].ss[-1])
-    for c in slow:
-        assert ss.get(c.addr) == {"bbr"} or (ss.get(c.addr) is None and summary.bbr_routed[0] > 0)
-    for c in fine:
-        assert "bbr" not in ss.get(c.addr, set())
+    ever: dict[str, set[str]] = {}
+    for rec in result.rounds:
+        for prefix, s in rec.outcome.scores.items():
+            ever.setdefault(prefix, set()).add(s.decision)
+    on_bbr = {p for p, d in ever.items() if d & {"select", "keep"}}
+    classes = topo.classes()
+    # never selected: alternating (flaps), fine, low-RTT (skipped for its RTT)
+    for p in on_bbr:
+        assert classes[p] in ("lossy", "deep"), (p, classes[p], text)
+    lowrtt = [p.prefix for p in topo.by_class("lowrtt")]
+    reasons = [rec.outcome.scores[p].reason for rec in result.rounds[-3:] for p in lowrtt if p in rec.outcome.scores]
+    assert reasons and all("low RTT" in r for r in reasons), reasons
+    # lossy: selected within the first rounds, in both POPs; holdouts exist
+    lossy_sel = [p for p in on_bbr if classes[p] == "lossy"]
+    assert {topo.prefix_pops()[p] for p in lossy_sel} == {"lab-a", "lab-b"}, text
+    assert min(result.first_selected[p] for p in lossy_sel) <= 5, text
+    assert any("holdout" in ever.get(p.prefix, set()) for p in topo.by_class("lossy")), text
+    # deep buffer: selected too
+    assert any(classes[p] == "deep" for p in on_bbr), text
+
+    # staged: a canary host held a POP's bbr routes a round before the other host of the POP
+    assert any("on all 2 hosts" in line for line in summary.rollout), summary.rollout
+    # the routes the agents report are the routes the edge hosts have (read back with ip route)
+    last = result.rounds[-1].outcome.routes
+    for e in topo.edges:
+        table = probes[0].routes[-1][e.host]
+        for prefix, cc in last[e.host].items():
+            assert re.search(rf"^{re.escape(prefix)} .*congctl {cc}", table, re.M), table
+        for p in topo.prefixes:
+            if p.klass in ("alternating", "fine", "lowrtt"):
+                assert not re.search(rf"^{re.escape(p.prefix)} ", table, re.M)
+    # new connections from prefixes with a bbr route use bbr; the others stay on cubic
     bbr, total = summary.bbr_routed
-    assert total > 0 and bbr / total > 0.8
-    assert summary.bbr_others[0] == 0 and summary.bbr_others[1] > 0
+    assert total > 0 and bbr / total > 0.5, summary.bbr_routed
+    assert summary.bbr_others[0] == 0 and summary.bbr_others[1] > 100
+    for ss in probes[0].ss[-1].values():
+        for peer, ccs in _cc_by_peer(ss).items():
+            p = next((x for x in topo.prefixes if x.addr == peer), None)
+            if p is not None and p.klass in ("alternating", "fine", "lowrtt"):
+                assert ccs == {"cubic"}, (peer, ccs)
+
+    # access logs: every edge host's requests are in http_requests, with the lab's client prefixes
+    assert result.requests > 500
+    rows = store.query_rows("SELECT host, uniqExact(prefix), count() FROM http_requests GROUP BY host ORDER BY host")
+    assert [r[0] for r in rows] == [e.host for e in topo.edges]
+    prefixes = {str(r[0]) for r in store.query_rows("SELECT DISTINCT prefix FROM http_requests")}
+    assert prefixes <= set(classes) and len(prefixes) > 0.9 * len(classes)
+
+    # the report on the lab's store (lab buckets): every figure has data, goodput from the logs
+    report = tmp_path / "report.html"
+    asn = tmp_path / "asn.csv"
+    lab_topology.write_asn_file(asn, [(p.prefix, p.klass) for p in topo.prefixes])
+    rep = write_report(store, report, asn_file=asn, bucket_seconds=ROUND_SECONDS)
+    html = report.read_text()
+    assert html.count("<svg") >= 4, rep.line()
+    assert "access log" in html.lower()

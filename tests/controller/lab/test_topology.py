@@ -1,4 +1,4 @@
-"""Pure parts of the lab: topology description and commands, threshold choice, table, recording."""
+"""Pure parts of the lab: fleet topology and commands, threshold choice, ASN table, class table, recording."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from controller.lab import table as lab_table
 from controller.lab import topology as lab_topology
-from controller.lab.loop import threshold_for
+from controller.lab.loop import class_rows, threshold_for
+from controller.lab.model import ControlOutcome, PrefixScore
 from controller.lab.telemetry import NewSockets, Recorder, read_recording, shift_batch
 from tests.support.recording import make_batch
 
@@ -21,27 +22,40 @@ def _in_doc(addr: str) -> bool:
     return any(ip.version == n.version and ip in n for n in DOC_NETS)
 
 
-def test_describe_layout_and_addresses():
-    topo = lab_topology.describe("ab12", slow=2, alternating=2, fine=4)
-    assert [c.profile for c in topo.clients] == ["slow"] * 2 + ["alternating"] * 2 + ["fine"] * 4
+def test_describe_fleet_layout_and_addresses():
+    topo = lab_topology.describe("ab12")
+    assert topo.pops == ("lab-a", "lab-b")
+    assert [e.host for e in topo.edges] == ["lab-a-e0", "lab-a-e1", "lab-b-e0", "lab-b-e1"]
     assert all(ns.startswith("dlab-ab12-") for ns in topo.namespaces)
-    assert len(set(topo.namespaces)) == 10
-    prefixes = [ipaddress.ip_network(c.prefix) for c in topo.clients]
-    assert len(set(prefixes)) == 8
-    v4 = [p for p in prefixes if p.version == 4]
-    assert sorted(map(str, v4)) == ["198.51.100.0/24", "203.0.113.0/24"]
-    for c, net in zip(topo.clients, prefixes, strict=True):
+    assert len(set(topo.namespaces)) == len(topo.namespaces) == 1 + 4 + 10
+    # every router interface name fits IFNAMSIZ
+    assert all(len(x.link.router_if) <= 15 for x in (*topo.edges, *topo.clients))
+    for pop in topo.pops:
+        mine = [p for p in topo.prefixes if p.pop == pop]
+        assert len(mine) == 64
+        assert Counter(p.klass for p in mine) == {"lossy": 10, "deep": 6, "alternating": 6, "lowrtt": 4, "fine": 38}
+    prefixes = [ipaddress.ip_network(p.prefix) for p in topo.prefixes]
+    assert len(set(prefixes)) == len(prefixes) == 128
+    v4 = sorted(str(p) for p in prefixes if p.version == 4)
+    assert v4 == ["198.51.100.0/24", "203.0.113.0/24"]
+    assert {p.klass for p in topo.prefixes if p.family == 4} == {"lossy"}
+    assert sum(p.family == 6 for p in topo.prefixes) == 126  # mostly IPv6 /56s
+    for p, net in zip(topo.prefixes, prefixes, strict=True):
         assert net.prefixlen == (24 if net.version == 4 else 56)
-        assert str(net) == c.prefix  # canonical
-        assert ipaddress.ip_address(c.addr) in net and ipaddress.ip_address(c.gateway) in net
-        assert _in_doc(c.addr) and _in_doc(c.gateway)
-    # one slow and one fine prefix are IPv4, so both families are covered on both sides
-    assert {c.family for c in topo.by_profile("slow")} == {4, 6}
-    assert {c.family for c in topo.by_profile("fine")} == {4, 6}
-    # the two alternating clients are in opposite phases: the shaped count is constant
-    assert sorted(c.phase for c in topo.by_profile("alternating")) == [0, 1]
-    for r in range(4):
-        assert sum(c.slow_in_round(r) for c in topo.clients) == 3
+        assert str(net) == p.prefix  # canonical
+        assert ipaddress.ip_address(p.addr) in net and _in_doc(p.addr)
+    for x in (*topo.edges, *topo.clients):
+        for addr in (x.link.router_v4, x.link.host_v4, x.link.router_v6, x.link.host_v6):
+            assert _in_doc(addr)
+    # the (POP, class) /48s do not overlap, and each client namespace holds one class of one POP
+    nets = [lab_topology.class_network(i, k) for i in range(2) for k in lab_topology.CLASSES]
+    assert len({str(n) for n in nets}) == len(nets)
+    for c in topo.clients:
+        assert {(p.pop, p.klass) for p in c.prefixes} == {(c.pop, c.klass)}
+    # alternating prefixes are in opposite phases: the poor-path count is the same every round
+    for pop in topo.pops:
+        mine = [p for p in topo.prefixes if p.pop == pop]
+        assert len({sum(p.slow_in_round(r) for p in mine) for r in range(4)}) == 1
 
 
 @pytest.mark.parametrize(
@@ -50,8 +64,10 @@ def test_describe_layout_and_addresses():
         dict(run_id=""),
         dict(run_id="has-dash"),
         dict(run_id="x" * 9),
-        dict(slow=0, alternating=0, fine=0),
-        dict(slow=-1),
+        dict(layout=lab_topology.Layout(pops=3)),
+        dict(layout=lab_topology.Layout(hosts_per_pop=0)),
+        dict(layout=lab_topology.Layout(per_pop=20)),
+        dict(layout=lab_topology.Layout(per_pop=0, lossy=0, deep=0, alternating=0, lowrtt=0)),
         dict(port=0),
     ],
 )
@@ -62,7 +78,7 @@ def test_describe_rejects(bad):
 
 
 def test_build_commands_only_lab_namespaces_and_doc_addresses():
-    topo = lab_topology.describe("r1", slow=1, alternating=1, fine=1)
+    topo = lab_topology.describe("r1", lab_topology.Layout(per_pop=8, lossy=2, deep=1, alternating=2, lowrtt=1))
     cmds = lab_topology.build_commands(topo)
     for cmd in cmds:
         if cmd[:2] == ["ip", "-n"]:
@@ -74,64 +90,64 @@ def test_build_commands_only_lab_namespaces_and_doc_addresses():
             except ValueError:
                 continue
             assert _in_doc(head), cmd
-    # covering routes on the edge carry cubic, so that the agent's bbr routes are the exception
-    cover = [c for c in cmds if c[2] == topo.edge_ns and "route" in c and "congctl" in c]
-    assert len(cover) == 2 and all(c[c.index("congctl") + 1] == "cubic" for c in cover)
+    # covering routes on every edge carry cubic, so that the agent's bbr routes are the exception
+    for e in topo.edges:
+        cover = [c for c in cmds if c[2] == e.ns and "route" in c and "congctl" in c]
+        assert len(cover) == 2 and all(c[c.index("congctl") + 1] == "cubic" for c in cover)
     # veths are created inside the namespaces, never left in the caller's
     assert all(c[:2] == ["ip", "-n"] for c in cmds if "veth" in c)
-    assert ["ip", "netns", "add", topo.edge_ns] in cmds
+    # the router routes every client prefix (v4 /24s, v6 via the class /48) to its namespace
+    routed = " ".join(" ".join(c) for c in cmds if c[2] == topo.router_ns and "route" in c)
+    for p in topo.prefixes:
+        if p.family == 4:
+            assert p.prefix in routed
+        else:
+            assert str(ipaddress.ip_network(p.prefix).supernet(new_prefix=48)) in routed
 
 
-def test_shaping_commands_follow_rounds():
-    topo = lab_topology.describe("r1", slow=1, alternating=2, fine=1)
-    for r in range(3):
-        cmds = lab_topology.shaping_commands(topo, r)
-        by_if = {c[c.index("dev") + 1]: c for c in cmds}
-        assert set(by_if) == {c.router_if for c in topo.clients if c.profile != "fine"}
-        for c in topo.clients:
-            if c.profile == "fine":
-                continue
-            assert ("tbf" in by_if[c.router_if]) == c.slow_in_round(r)
-            assert by_if[c.router_if][2] == topo.router_ns
-    assert "netem" not in str([lab_topology.shaping_commands(topo, r) for r in range(2)])
-
-
-def test_threshold_selects_exactly_the_shaped_count():
-    for slow, alt, fine in [(2, 2, 4), (1, 0, 5), (3, 2, 6), (2, 0, 2)]:
-        topo = lab_topology.describe("q", slow=slow, alternating=alt, fine=fine)
-        n = len(topo.clients)
+def test_threshold_covers_the_poor_paths_of_a_round():
+    for layout in (lab_topology.Layout(), lab_topology.Layout(per_pop=80, lossy=12, deep=8, alternating=8)):
+        topo = lab_topology.describe("q", layout)
+        mine = [p for p in topo.prefixes if p.pop == topo.pops[0]]
+        n = len(mine)
         q = threshold_for(topo)
-        shaped = sum(c.slow_in_round(0) for c in topo.clients)
-        # quantileExact(q) = sorted[floor(q * n)]; strictly-below count == shaped
-        assert int(q * n) == shaped
+        poor = sum(p.slow_in_round(0) for p in mine)
+        # quantileExact(q) = sorted[floor(q * n)]: the prefixes strictly below are the poor ones
+        assert int(q * n) == poor
 
 
-def _rows():
-    return [
-        lab_table.PrefixRow("198.51.100.0/24", "slow", 4, 1.0, 0.0, "select", "bbr", {"bbr": 5, "cubic": 1}),
-        lab_table.PrefixRow("2001:db8:0:200::/56", "alt (fast)", 4, 0.5, 1.0, "skip", "", {"cubic": 4}),
-        lab_table.PrefixRow("203.0.113.0/24", "fine", None, None, None, "", "", {}),
+def test_asn_rows_use_documentation_asns():
+    topo = lab_topology.describe("q")
+    rows = lab_topology.asn_rows([(p.prefix, p.klass) for p in topo.prefixes])
+    assert len(rows) == len(topo.prefixes)
+    assert all(64496 <= asn <= 64511 for _p, asn, _n in rows)
+    by_class = {p.klass: asn for p, (_x, asn, _n) in zip(topo.prefixes, rows, strict=True) if p.klass != "fine"}
+    assert len(set(by_class.values())) == 4  # one ISP per poor class
+
+
+def test_class_rows_and_table_render():
+    topo = lab_topology.describe("t1", lab_topology.Layout(pops=1, per_pop=4, lossy=2, deep=1, alternating=0, lowrtt=0))
+    lossy = [p.prefix for p in topo.by_class("lossy")]
+    scores = {
+        lossy[0]: PrefixScore("lab-a", 4, 1.0, 0.0, 30.0, "select"),
+        lossy[1]: PrefixScore("lab-a", 4, 1.0, 0.0, 30.0, "holdout"),
+    }
+    routes = {"lab-a-e0": {lossy[0]: "bbr"}, "lab-a-e1": {}}
+    new = {lossy[0]: Counter(bbr=3), lossy[1]: Counter(cubic=2)}
+    rows = class_rows(topo, ControlOutcome(scores, routes), new)
+    assert [(r.pop, r.klass, r.prefixes) for r in rows] == [
+        ("lab-a", "lossy", 2),
+        ("lab-a", "deep", 1),
+        ("lab-a", "fine", 1),
     ]
-
-
-def test_table_render_and_shares():
-    rows = _rows()
-    header = lab_table.RoundHeader(
-        3, 61.2, 20, 1, 3, 1, lab_table.bbr_share(rows, True), lab_table.bbr_share(rows, False)
-    )
-    text = lab_table.render(header, rows)
+    assert rows[0].decisions == Counter(select=1, holdout=1) and rows[0].routes == [1, 0]
+    assert lab_table.bbr_count(rows[0].new_sockets) == (3, 5)
+    text = lab_table.render(lab_table.RoundHeader(3, 61.2, 15, 1, 4, 1, "lab-a published v1"), rows)
     lines = text.splitlines()
-    assert lines[0].startswith("round 3  t=+61s  bucket 20s  selected 1/3  routes 1")
-    assert "routed 83%" in lines[0] and "others 0%" in lines[0]
-    assert lines[1].split()[:3] == ["prefix", "shaping", "buckets"]
-    assert len(lines) == 2 + len(rows)
-    slow = lines[2].split()
-    assert slow[:7] == ["198.51.100.0/24", "slow", "4", "1.00", "0.00", "select", "bbr"]
-    assert lines[2].endswith("bbr 5 cubic 1")
-    assert lines[4].split()[1:7] == ["fine", "-", "-", "-", "-", "-"]
-    # share over nothing is unknown, not 0
-    assert lab_table.bbr_share([rows[2]], True) is None
-    assert "n/a" in lab_table.render(lab_table.RoundHeader(1, 0, 20, 0, 1, 0, None, None), [rows[2]])
+    assert lines[0].startswith("round 3  t=+61s  bucket 15s  on bbr 1/4  holdout 1  (lab-a published v1)")
+    assert lines[1].split()[:4] == ["pop", "class", "prefixes", "scored"]
+    assert lines[2].split() == ["lab-a", "lossy", "2", "2", "1", "0", "1", "0", "0", "1", "0", "3/5", "(60%)"]
+    assert lines[4].endswith("-")
 
 
 def test_new_sockets_counts_first_sightings_only():

@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "collect": ("collector.telemetry.cli", "dump TCP sockets over netlink and export TcpInfoBatch batches"),
     "agent": ("collector.agent.cli", "apply signed per-prefix congestion configs as routes (edge)"),
     "ingest": ("controller.ingest.cli", "load batches from Kafka (or files) into ClickHouse/chDB"),
+    "access-log": ("controller.ingest.access_log_cli", "load nginx access logs into http_requests (goodput)"),
     "control": ("controller.control.cli", "score prefixes, publish configs, rollouts, kill switch"),
     "report": ("controller.report.cli", "write a self-contained HTML report"),
     "demo": ("controller.lab.demo", "run the whole loop on the embedded store (chDB), no servers"),
@@ -50,7 +51,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def _top_parser() -> argparse.ArgumentParser:
-    lines = "\n".join(f"  {name:<9} {desc}" for name, (_, desc) in SUBCOMMANDS.items())
+    lines = "\n".join(f"  {name:<10} {desc}" for name, (_, desc) in SUBCOMMANDS.items())
     parser = OneLineParser(
         prog="dyncc",
         description="Dynamic per-prefix congestion control (BBR vs CUBIC) for CDN edges.",

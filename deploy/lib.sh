@@ -86,3 +86,20 @@ server_bin() {
     done
     return 1
 }
+
+# apt_install_no_start PKG...: apt-get install PKGs with a policy-rc.d in place (when none is),
+# so that packages shipping a service (clickhouse-server, nginx) do not start the system-wide
+# one: dyncc runs its own instances.  `apt-get update` first when the install fails on an old list.
+apt_install_no_start() {
+    local policy=/usr/sbin/policy-rc.d added=0 rc=0
+    export DEBIAN_FRONTEND=noninteractive
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod +x "$policy"
+        added=1
+    fi
+    apt-get install -y -q --no-install-recommends "$@" \
+        || { apt-get update -q && apt-get install -y -q --no-install-recommends "$@"; } || rc=$?
+    if [[ $added == 1 ]]; then rm -f "$policy"; fi
+    return "$rc"
+}

@@ -72,6 +72,7 @@ REGISTRY: dict[str, str] = {
     "collect": "collector.telemetry.settings:CollectSettings",
     "agent": "collector.agent.settings:AgentSettings",
     "ingest": "controller.ingest.settings:IngestSettings",
+    "access-log": "controller.ingest.settings:AccessLogSettings",
     "control": "controller.control.settings:ControlSettings",
     "control explain": "controller.control.settings:ExplainSettings",
     "control keygen": "controller.rollout.settings:KeygenSettings",

@@ -1,4 +1,4 @@
-"""Prometheus metrics of one ingest loader (its own CollectorRegistry)."""
+"""Prometheus metrics of one ingest loader and of one access-log loader (each its own CollectorRegistry)."""
 
 from __future__ import annotations
 
@@ -45,5 +45,40 @@ class IngestMetrics:
             "Kafka errors, by operation: client (broker connections, from librdkafka), consume, commit, "
             "committed (reading the group's offsets), watermarks, metadata",
             ["op"],
+            registry=r,
+        )
+
+
+class AccessLogMetrics:
+    """Prometheus metrics of one `dyncc access-log` process (its own CollectorRegistry)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.lines = Counter("dyncc_access_log_lines", "Complete access-log lines read", registry=r)
+        self.rows = Counter("dyncc_access_log_rows", "Rows inserted into http_requests", registry=r)
+        self.duplicates = Counter(
+            "dyncc_access_log_duplicate_lines",
+            "Lines skipped because the store already had them (after a crash or a repeated delivery)",
+            registry=r,
+        )
+        self.dead_letters = Counter("dyncc_access_log_dead_letters", "Bad lines sent to ingest_dead_letter", registry=r)
+        self.bytes = Counter("dyncc_access_log_bytes", "Bytes of complete lines read", registry=r)
+        self.logs = Counter(
+            "dyncc_access_log_new_logs", "Logs started at a path (the first one, rotations, truncations)", registry=r
+        )
+        self.retries = Counter(
+            "dyncc_access_log_retries", "Cycles that failed on the store and were retried", registry=r
+        )
+        self.behind = Gauge(
+            "dyncc_access_log_behind_bytes",
+            "Bytes of the file at this path not loaded yet (a partial last line included)",
+            ["file"],
+            registry=r,
+        )
+        self.cycle_seconds = Histogram(
+            "dyncc_access_log_cycle_seconds",
+            "Time of one cycle over every file",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=r,
         )

@@ -1,25 +1,29 @@
-"""`dyncc ingest` settings: the IngestSettings table (defaults < TOML file (--config) < flags).
+"""`dyncc ingest` and `dyncc access-log` settings: the IngestSettings and AccessLogSettings tables
+(defaults < TOML file (--config) < flags).
 
 dyncc_common.settings builds the flags, the `[ingest]` TOML loading and docs/settings.md
 from the rows below.  Values are checked when the settings are built (ConfigError, one
-line); `check_host()` looks at the machine (the --from-file files).  `kafka_config()`
+line); `check_host()` looks at the machine (the --from-file files, the access logs).  `kafka_config()`
 builds the loader's KafkaConfig, whose defaults are this table's (defined here only).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from controller.store.settings import STORE_URL_HELP
 from dyncc_common.errors import ConfigError
-from dyncc_common.names import check_brokers, check_topic
+from dyncc_common.names import check_brokers, check_pop, check_topic
 from dyncc_common.settings import (
     BOOL,
     CONFIG_FILE,
     DURATION,
     INT,
+    SIZE,
     STR,
     VERBOSE,
     Settings,
@@ -32,7 +36,7 @@ from dyncc_common.settings import (
 if TYPE_CHECKING:
     from controller.ingest.kafka import KafkaConfig
 
-__all__ = ["IngestSettings"]
+__all__ = ["AccessLogSettings", "IngestSettings"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,3 +114,71 @@ class IngestSettings(Settings):
             backoff_max=self.backoff_max,
             connect_timeout=self.connect_timeout,
         )
+
+
+#: the smallest --chunk-bytes: two of the longest lines access_log.py accepts (64 KiB each)
+MIN_ACCESS_CHUNK_BYTES = 128 << 10
+#: the longest --host, in UTF-8 bytes (a DNS name; the collector's limit too)
+MAX_HOST_BYTES = 255
+
+
+def _host_name(value: str, what: str) -> str:
+    if not value or len(value.encode()) > MAX_HOST_BYTES or any(c.isspace() or not c.isprintable() for c in value):
+        raise ConfigError(f"bad {what} {value!r}: a host name is 1-{MAX_HOST_BYTES} bytes, no spaces")
+    return value
+
+
+def _positive(value: float, what: str) -> float:
+    if value <= 0:
+        raise ConfigError(f"bad {what} {value!r}: must be more than 0")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class AccessLogSettings(Settings):
+    """Load nginx access logs (dyncc log_format) into the http_requests table."""
+
+    COMPONENT: ClassVar[str] = "access-log"
+
+    clickhouse: str = setting(None, STR, STORE_URL_HELP, metavar="URL", required=True)
+    pop: str = setting(None, STR, "the POP of the web server", required=True, validator=check_pop)
+    host: str = setting(
+        None, STR, "the web server's host name, as the collector names it (tcpinfo host)",
+        default_text="this host's name", validator=_host_name,
+    )  # fmt: skip
+    files: tuple[str, ...] = setting(
+        (), STR, "the access logs (the FILE arguments; a TOML list)", flag="", repeatable=True, metavar="FILE"
+    )
+    follow: float | None = setting(
+        None, DURATION, "keep following the files, loading what is new every INTERVAL (else load once and exit)",
+        metavar="INTERVAL", validator=_positive,
+    )  # fmt: skip
+    prefix_v4: int = setting(24, INT, "client prefix length for IPv4 (as the collector's)", validator=in_range(0, 32))
+    prefix_v6: int = setting(56, INT, "client prefix length for IPv6 (as the collector's)", validator=in_range(0, 128))
+    chunk_lines: int = setting(50_000, INT, "lines per INSERT at most", validator=at_least(1))
+    chunk_bytes: int = setting(
+        "8MiB", SIZE, "bytes of log read per INSERT at most (at least 128KiB)",
+        validator=at_least(MIN_ACCESS_CHUNK_BYTES),
+    )  # fmt: skip
+    backoff_max: float = setting("30s", DURATION, "cap of the retry backoff while the store is down (--follow)")
+    no_migrate: bool = setting(False, BOOL, "do not apply schema migrations at start")
+    metrics_port: int = setting(0, INT, "Prometheus metrics port (0 = off)", validator=in_range(0, 65535))
+    verbose: bool = reuse(VERBOSE)
+    config: str | None = reuse(CONFIG_FILE)
+
+    def __post_init__(self) -> None:
+        """At least one FILE, each once; the host name default."""
+        if not self.files:
+            raise ConfigError("give at least one FILE: an nginx access log in the dyncc log_format")
+        if len(set(self.files)) != len(self.files):
+            raise ConfigError("a FILE is given twice")
+        if self.host is None:
+            object.__setattr__(self, "host", socket.gethostname())
+
+    def check_host(self) -> None:
+        """The machine: every FILE is a readable regular file (ConfigError)."""
+        for path in self.files:
+            if not Path(path).is_file():
+                raise ConfigError(f"{path}: no such file")
+            if not os.access(path, os.R_OK):
+                raise ConfigError(f"{path}: not readable")

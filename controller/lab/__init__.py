@@ -1,16 +1,25 @@
-"""`dyncc lab` and `dyncc demo`: the whole loop on namespaces or a recording."""
+"""`dyncc lab` and `dyncc demo`: the whole loop on a fleet of namespaces or a recording."""
 
 __all__ = [
     "agent",
+    "bpf_build",
     "cli",
     "control",
+    "delay",
     "demo",
+    "http_load",
     "loop",
+    "model",
+    "outcomes",
+    "paths",
     "pipeline",
     "replay",
     "run",
+    "services",
+    "settings",
     "table",
     "telemetry",
     "topology",
     "traffic",
+    "web",
 ]

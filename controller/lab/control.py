@@ -37,7 +37,12 @@ from schemas.congestion_pb2 import CongestionConfig
 log = logging.getLogger("dyncc.lab")
 
 EXPIRE_BUCKETS = 7 * DAY_BUCKETS  # scoring's 7-day expiry, in buckets
-LAB_MAX_P10_REGRESSION = 0.5
+# The canary's p10 over its changed prefixes in windows of a few lab rounds moves by tens of
+# percent between rounds on its own, and a wave that moves deep-buffer prefixes to BBR loses
+# 55-60 % there (their BBR flows share a FIFO with the same prefixes' CUBIC flows on the other
+# host): the production gate (15 %) rolls such a wave back at the canary.  The lab widens it so
+# the waves reach the POP and the scoring's own revert after the minimum hold shows.
+LAB_MAX_P10_REGRESSION = 0.75
 
 
 class RoundFailed(DynccError):
@@ -152,9 +157,7 @@ class LabControl:
             staging="on" if staged else "off",
             hosts=tuple(f"{pop}:{','.join(h)}" for pop, h in sorted(self.hosts.items()) if h),
             canary_hosts=tuple(f"{pop}:{h[0]}" for pop, h in sorted(self.hosts.items()) if len(h) > 1),
-            soak=scaled(600),
-            # the canary's p10 over all its flows in windows of a few lab rounds moves by tens of
-            # percent between rounds on its own; the lab keeps the gate, wider than production's 15 %
+            soak=float(b),  # one lab round (production: 10 minutes)
             max_p10_regression=LAB_MAX_P10_REGRESSION,
             wave_timeout=scaled(900),
             baseline=scaled(900),

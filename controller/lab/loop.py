@@ -45,7 +45,7 @@ class LabOptions:
     poll_interval: float = 0.5
     layout: lab_topology.Layout = field(default_factory=lab_topology.Layout)
     scoring: LabScoring = field(default_factory=LabScoring)
-    think_time: float = 4.0  # mean seconds between a client's requests
+    think_time: float = 3.0  # mean seconds between a client's requests
     kafka: str | None = None
     record: Path | None = None  # telemetry recording; access logs go beside it
     run_id: str = field(default_factory=lambda: secrets.token_hex(2))

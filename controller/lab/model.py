@@ -34,14 +34,14 @@ class LabScoring:
 
     threshold_quantile 0: derived from the layout (controller.lab.loop.threshold_for)."""
 
-    lookback_buckets: int = 6
-    min_buckets: int = 4
+    lookback_buckets: int = 8
+    min_buckets: int = 5
     threshold_quantile: float = 0.0
-    holdout_fraction: float = 0.3
+    holdout_fraction: float = 0.25
     min_hold_buckets: int = 8
     cooldown_buckets: int = DAY_BUCKETS
     max_new: int = 40
-    min_samples: int = 3
+    min_samples: int = 2
 
     def config(self, bucket_seconds: int) -> ScoringConfig:
         return ScoringConfig(

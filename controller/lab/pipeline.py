@@ -100,6 +100,7 @@ class TelemetryPipeline:
     def poll(self) -> None:
         """One poll of every edge host."""
         t0 = time.monotonic()
+        polled: list[bytes] = []
         for i, poller in enumerate(self.pollers):
             result = poller.poll(deadline=time.monotonic() + 5.0)
             batches = result.batches
@@ -114,7 +115,9 @@ class TelemetryPipeline:
                 self._sinks[i].send_poll(batches)
                 self._sinks[i].service(0)
             else:
-                self.writer.write(batches)
+                polled += batches
+        if polled:
+            self.writer.write(polled)  # one flush for every host's batches of this poll
         self.stats.polls += 1
         self.stats.poll_seconds += time.monotonic() - t0
 

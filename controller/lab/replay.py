@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.ingest.access_loader import AccessLogLoader
 from controller.ingest.writer import BatchWriter
 from controller.lab.telemetry import NewSockets, batch_times, shift_batch
 
@@ -150,6 +151,7 @@ def replay(
             tracker.observe([r])
         result.new_sockets[k] = tracker.take()
         result.rounds.append(control.round(dt.datetime.fromtimestamp(end_s, dt.UTC), k + 1))
+    logs.close()
     log.info(
         "replayed %d batches (%d rows) and %d HTTP requests over %d five-minute buckets ending %s",
         result.batches,
@@ -169,18 +171,20 @@ class _LogReplay:
     ) -> None:
         self.groups = {host: dilate_log_lines(lines, d) for host, lines in logs.items()}
         pop_of = {h: pop for pop, hosts in dict(meta.get("pops", {})).items() for h in hosts}
-        self.loaders: dict[str, Any] = {}
+        self.loaders: dict[str, AccessLogLoader] = {}
         self.files: dict[str, Path] = {}
         if not self.groups:
             return
-        from controller.ingest.access_loader import AccessLogLoader
-
         base = Path(workdir or tempfile.mkdtemp(prefix="dyncc-replay-")) / "access-logs"
         base.mkdir(parents=True, exist_ok=True)
         for host in self.groups:
             self.files[host] = base / f"{host}.log"
             self.files[host].write_bytes(b"")
             self.loaders[host] = AccessLogLoader(store, pop=str(pop_of.get(host, "lab")), host=host)
+
+    def close(self) -> None:
+        for loader in self.loaders.values():
+            loader.close()
 
     def load_bucket(self, k: int) -> int:
         rows = 0

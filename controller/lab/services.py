@@ -26,6 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from controller.ingest.access_loader import AccessLogLoader
 from controller.lab import paths as lab_paths
 from controller.lab.bpf_build import build_random_drop
 from controller.lab.delay import DelayRelay
@@ -53,15 +54,18 @@ class LabServices:
         self.store = store
         self.think_time = think_time
         self.webs: dict[str, EdgeWeb] = {}
-        self.load = HttpLoad(LoadConfig(think=think_time, port=topo.port), log_dir=workdir / "http-load")
+        self.load = HttpLoad(LoadConfig(think=think_time, port=topo.port, keepalive=2), log_dir=workdir / "http-load")
         self.relay: DelayRelay | None = None
-        self.loaders: dict[str, Any] = {}
+        self.loaders: dict[str, AccessLogLoader] = {}
         self._alt_state: dict[str, bool] = {}
 
     @staticmethod
     def describe_paths() -> dict[str, Any]:
         """The path classes' parameters (for a recording's metadata)."""
-        return {name: [dataclasses.asdict(spec) for spec in specs] for name, specs in lab_paths.CLASSES.items()}
+        return {
+            name: {"shared": pc.shared, "specs": [dataclasses.asdict(spec) for spec in pc.specs]}
+            for name, pc in lab_paths.CLASSES.items()
+        }
 
     # -- start / stop ----------------------------------------------------------------------
 
@@ -83,7 +87,7 @@ class LabServices:
             for p in c.prefixes:
                 if c.klass == "alternating":
                     self._alt_state[p.prefix] = p.slow_in_round(0)
-            spec = lab_paths.spec_for(c.klass)
+            spec = lab_paths.path_class(c.klass).spec()
             if spec.loss > 0:
                 obj = build_random_drop(spec.loss, bpf_dir)
                 cmds += lab_paths.loss_commands(topo.router_ns, c.link.router_if, str(obj))
@@ -99,8 +103,9 @@ class LabServices:
             self.relay = DelayRelay()
             self.relay.start(topo.router_ns, lab_paths.DELAY_DEV, delays, log_path=self.workdir / "delay-relay.log")
 
-    def _specs(self, c: ClientHost, round_no: int) -> list[tuple[str, lab_paths.PathSpec]]:
-        return [(p.prefix, lab_paths.spec_for(c.klass, round_no, p.phase)) for p in c.prefixes]
+    def _specs(self, c: ClientHost, round_no: int) -> list[tuple[str | tuple[str, ...], lab_paths.PathSpec]]:
+        pc = lab_paths.path_class(c.klass)
+        return pc.entries([p.prefix for p in c.prefixes], round_no, [p.phase for p in c.prefixes])
 
     def _start_web(self) -> None:
         docroot = self.workdir / "www"
@@ -131,6 +136,9 @@ class LabServices:
         if self.relay is not None:
             with contextlib.suppress(Exception):
                 self.relay.stop()
+        for loader in self.loaders.values():
+            with contextlib.suppress(Exception):
+                loader.close()
 
     # -- per round -------------------------------------------------------------------------
 
@@ -145,18 +153,12 @@ class LabServices:
                 if self._alt_state.get(p.prefix) == slow:
                     continue
                 self._alt_state[p.prefix] = slow
-                cmds += lab_paths.change_class_commands(
-                    self.topo.router_ns, c.link.router_if, index, lab_paths.spec_for(c.klass, round_no, p.phase)
-                )
+                spec = lab_paths.path_class(c.klass).spec(round_no, p.phase)
+                cmds += lab_paths.change_class_commands(self.topo.router_ns, c.link.router_if, index, spec)
         run_all(cmds)
 
     def load_access_logs(self) -> int:
         """Load every edge host's new access-log lines; returns the rows loaded."""
-        try:  # TEMP-SMOKE
-            from controller.ingest.access_loader import AccessLogLoader
-        except ImportError:  # TEMP-SMOKE
-            return 0  # TEMP-SMOKE
-
         rows = 0
         for e in self.topo.edges:
             web = self.webs.get(e.host)

@@ -43,15 +43,15 @@ class LabSettings(Settings):
     deep: int = setting(6, INT, "prefixes per POP behind a deep-buffer bottleneck", validator=_not_negative)
     alternating: int = setting(6, INT, "prefixes per POP whose path is poor every other round", validator=_not_negative)
     lowrtt: int = setting(4, INT, "prefixes per POP on a rate-limited, low-RTT path", validator=_not_negative)
-    lookback_buckets: int = setting(6, INT, "scoring lookback in rounds")
-    min_buckets: int = setting(4, INT, "counted rounds needed before a prefix is scored")
+    lookback_buckets: int = setting(8, INT, "scoring lookback in rounds")
+    min_buckets: int = setting(5, INT, "counted rounds needed before a prefix is scored")
     min_hold_buckets: int = setting(8, INT, "rounds on BBR before a prefix may be reverted")
     max_new: int = setting(40, INT, "most new selections per POP and round")
     threshold_quantile: float | None = setting(
         None, FLOAT, "scoring threshold quantile", default_text="just above the share of poor paths in a round"
     )
-    holdout: float = setting(0.3, FLOAT, "holdout fraction of the candidates (control group)")
-    think_time: float = setting("4s", DURATION, "mean time between one client's HTTP requests")
+    holdout: float = setting(0.25, FLOAT, "holdout fraction of the candidates (control group)")
+    think_time: float = setting("3s", DURATION, "mean time between one client's HTTP requests")
     store: str = setting(
         "", STR, "clickhouse://user:pass@host:port/db or chdb:///dir", metavar="URL",
         default_text="chDB in --store-dir",
@@ -99,7 +99,7 @@ class DemoSettings(Settings):
 
     COMPONENT: ClassVar[str] = "demo"
 
-    duration: float = setting("4m", DURATION, "live lab length")
+    duration: float = setting("270s", DURATION, "live lab length")
     round_seconds: int = setting(15, INT, "one accelerated 5-minute round, in seconds")
     replay: bool = setting(False, BOOL, "replay the recorded telemetry even when root")
     recording: Path | None = setting(None, PATH, "telemetry to replay", default_text="demo/lab-telemetry.bin.gz")

@@ -1,8 +1,10 @@
 """`dyncc report`: query the store, draw the plots, write one self-contained HTML page.
 
-Modules: data (the queries and their windows), asn (prefix -> ASN names), plots, html (the
+Modules: data (the queries and their windows), effects (the treated-versus-holdout difference
+in differences with its bootstrap interval, pure), asn (prefix -> ASN names), plots, html (the
 page), write (write_report, the library entry point; re-exported here), cli.  write_report is
-loaded on first use, so `dyncc report --help` does not load pandas and matplotlib.
+loaded on first use, so `dyncc report --help` does not load pandas and matplotlib.  What the
+sections show and how they are defined: docs/report.md.
 """
 
 from __future__ import annotations

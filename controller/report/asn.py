@@ -1,8 +1,17 @@
 """Prefix -> ISP mapping for the report's per-ISP section (pure; no I/O but reading the file).
 
-The operator's file is CSV: `prefix,asn[,name]` per line (e.g. `198.51.100.0/22,64500,Example
-Net`); a header line, blank lines and `#` comments are allowed.  Client prefixes are mapped by
-longest-prefix match.  Malformed lines are counted and skipped, never fatal.
+The operator's file (`dyncc report --asn-file`) is UTF-8 CSV, one `prefix,asn[,name]` per line:
+an IPv4 or IPv6 network in CIDR form (host bits may be set), the AS number with or without
+`AS` (`64496`, `AS64496`, `AS 64496`) and an optional name, e.g.
+
+    prefix,asn,name
+    2001:db8:100::/40,64496,Example Cable
+    198.51.100.0/24,AS64497,Example Mobile
+
+A header line, blank lines and `#` comments are allowed; a line without commas may separate its
+fields by whitespace (`2001:db8:100::/40 64496 Example Cable`).  Client prefixes (/24, /56,
+IPv4-mapped IPv6 as IPv4) are mapped by longest-prefix match; the label is `AS<asn> <name>`.
+Malformed lines are counted and skipped, never fatal.
 """
 
 from __future__ import annotations
@@ -49,8 +58,14 @@ class AsnTable:
         return None
 
 
+def asn_number(asn: str) -> str:
+    """The digits of `64496`, `AS64496` or `AS 64496`; '' when it is not an AS number."""
+    digits = asn.strip().upper().removeprefix("AS").strip()
+    return digits if digits.isdigit() else ""
+
+
 def label_for(asn: str, name: str) -> str:
-    asn = asn.strip().upper().removeprefix("AS")
+    asn = asn_number(asn) or asn.strip()
     name = name.strip()
     return f"AS{asn} {name}" if name else f"AS{asn}"
 
@@ -60,6 +75,8 @@ def parse_asn_rows(rows: Iterable[list[str]]) -> AsnTable:
     for row in rows:
         if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
             continue
+        if len(row) == 1:  # no commas: fields separated by whitespace
+            row = row[0].split(None, 2)
         if len(row) < 2:
             table.malformed += 1
             continue
@@ -71,7 +88,7 @@ def parse_asn_rows(rows: Iterable[list[str]]) -> AsnTable:
                 continue  # header line
             table.malformed += 1
             continue
-        if not asn.upper().removeprefix("AS").isdigit():
+        if not asn_number(asn):
             table.malformed += 1
             continue
         table.add(network, label_for(asn, row[2] if len(row) > 2 else ""))

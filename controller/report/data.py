@@ -6,8 +6,13 @@ result does not depend on the server's time zone.  Also `render_view`, which exp
 
 Each report section is one query file.  The parts they share are files of their own spliced in
 by `compose` (controller/store/sql.py splice): `{{source}}` (the per-bucket delivery-rate states,
-from the 5-minute rollup or from raw tcpinfo in finer buckets) and `{{groups}}` (the treated /
-holdout group of each prefix).
+from the 5-minute rollup or from raw tcpinfo in finer buckets), `{{groups}}` (the treated /
+holdout group of each prefix), `{{requests}}` (the access-log requests that count for goodput)
+and `{{reverted}}` (the revert decisions).
+
+Goodput comes from http_requests (the access logs); only when that table has no row at all in
+the window (or does not exist) does the report fall back to the busy_time approximation of
+report_goodput.sql, and `ReportData.goodput_source` says which one it used.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ _PART_NAME = re.compile(r"report_[a-z0-9_]+")
 SOURCE_ROLLUP = "report_source_rollup"
 SOURCE_RAW = "report_source_raw"
 GROUPS = "report_treatment_groups"
+REQUESTS = "report_http_requests"
+REVERTED = "report_reverted_rows"
+REVERTED_LIMIT = 50  # rows of the reverted-prefix table; the rest are counted
+
+GOODPUT_HTTP = "http"  # ReportData.goodput_source: from http_requests
+GOODPUT_BUSY = "busy_time"  # the fallback: tcpinfo bytes_acked / busy_time
 
 
 @dataclass(frozen=True)
@@ -51,20 +62,34 @@ class IspData:
     unmapped_prefixes: int = 0
 
 
+def _empty() -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame()
+
+
 @dataclass
 class ReportData:
     window: Window | None
     pops: list[str]
-    delivery: pd.DataFrame
-    configs: pd.DataFrame
-    selections: pd.DataFrame
-    groups: pd.DataFrame
-    treated: pd.DataFrame  # per (time, grp): the time series
-    treated_split: pd.DataFrame  # per (time, grp, phase): before / after each prefix's t0
-    goodput: pd.DataFrame
-    bbr_share: pd.DataFrame
+    delivery: pd.DataFrame = field(default_factory=_empty)
+    configs: pd.DataFrame = field(default_factory=_empty)
+    selections: pd.DataFrame = field(default_factory=_empty)
+    groups: pd.DataFrame = field(default_factory=_empty)
+    treated: pd.DataFrame = field(default_factory=_empty)  # per (time, grp): the time series
+    treated_split: pd.DataFrame = field(default_factory=_empty)  # per (time, grp, phase): before / after t0
+    goodput: pd.DataFrame = field(default_factory=_empty)  # per (time, pop): p10, p50
+    bbr_share: pd.DataFrame = field(default_factory=_empty)
     isp: IspData = field(default_factory=lambda: IspData(enabled=False))
     bucket_seconds: int = 300
+    goodput_source: str = GOODPUT_HTTP  # GOODPUT_HTTP or GOODPUT_BUSY (the fallback)
+    goodput_why: str = ""  # why the fallback was taken
+    http_pops: list[str] = field(default_factory=list)  # POPs with access-log rows in the window
+    goodput_groups: pd.DataFrame = field(default_factory=_empty)  # per (time, grp): http goodput
+    effect_delivery: pd.DataFrame = field(default_factory=_empty)  # effects.py input, p10 delivery
+    effect_goodput: pd.DataFrame = field(default_factory=_empty)  # effects.py input, p10 goodput
+    reverted: pd.DataFrame = field(default_factory=_empty)  # newest REVERTED_LIMIT reverts
+    reverted_total: int = 0
 
 
 def auto_bucket(window: Window) -> int:
@@ -180,39 +205,54 @@ def load(
 
     window = default_window(data_span(store, pop), since, until)
     if window is None:  # no telemetry at all: every section is empty, the page says so
-        empty = pd.DataFrame()
-        return ReportData(
-            None, [], empty, empty, empty, empty, empty, empty, empty, empty, IspData(enabled=asn_table is not None)
-        )
+        return ReportData(None, [], isp=IspData(enabled=asn_table is not None))
     bucket = int(bucket_seconds or auto_bucket(window))
     source = source_for(bucket)
     params: dict[str, Any] = {"pop": pop, "start": window.start, "end": window.end, "bucket": bucket}
     delivery = _q(store, "report_delivery_by_pop", params, source=source)
-    configs = _q(store, "report_config_versions", params)
     selections = _q(store, "report_selections_per_round", params)
-    groups = _q(store, GROUPS, {"pop": pop, "end": window.end}, time_col="t0_ts")
-    treated = _q(store, "report_treated_vs_holdout", {**params, "split": 0}, source=source, groups=GROUPS)
-    treated = treated.drop(columns=["phase"], errors="ignore")
-    treated_split = _q(store, "report_treated_vs_holdout", {**params, "split": 1}, source=source, groups=GROUPS)
-    goodput = _q(store, "report_goodput", params)
-    bbr_share = _q(store, "report_bbr_share", params)
     pops = sorted(set(delivery.get("pop", pd.Series(dtype=str))) | set(selections.get("pop", [])))
     data = ReportData(
         window,
         pops,
-        delivery,
-        configs,
-        selections,
-        groups,
-        treated,
-        treated_split,
-        goodput,
-        bbr_share,
+        delivery=delivery,
+        configs=_q(store, "report_config_versions", params),
+        selections=selections,
+        groups=_q(store, GROUPS, {"pop": pop, "end": window.end}, time_col="t0_ts"),
+        treated=_q(store, "report_treated_vs_holdout", {**params, "split": 0}, source=source, groups=GROUPS).drop(
+            columns=["phase"], errors="ignore"
+        ),
+        treated_split=_q(store, "report_treated_vs_holdout", {**params, "split": 1}, source=source, groups=GROUPS),
+        bbr_share=_q(store, "report_bbr_share", params),
         bucket_seconds=bucket,
     )
+    data.effect_delivery = _q(store, "report_effect_delivery", params, source=source, groups=GROUPS)
+    load_goodput(store, params, data)
+    data.reverted = _q(store, "report_reverted", {**params, "limit": REVERTED_LIMIT}, reverted=REVERTED)
+    rows = store.query_rows(compose("report_reverted_count", reverted=REVERTED), params)
+    data.reverted_total = int(rows[0][0]) if rows else 0
     if asn_table is not None:
         data.isp = load_isp(store, params, asn_table, source)
     return data
+
+
+def load_goodput(store: Store, params: dict[str, Any], data: ReportData) -> None:
+    """Goodput from http_requests into `data`; the busy_time fallback when it has no row."""
+    if not store.table_exists("http_requests"):
+        http_rows: list[tuple[Any, ...]] = []
+        why = "the store has no http_requests table (run `dyncc schema apply`)"
+    else:
+        http_rows = store.query_rows(query("report_http_rows"), params)
+        why = "no access-log rows (http_requests) in the report window"
+    data.http_pops = sorted(str(p) for p, n in http_rows if int(n) > 0)
+    if not data.http_pops:
+        data.goodput_source, data.goodput_why = GOODPUT_BUSY, why
+        data.goodput = _q(store, "report_goodput", params)
+        return
+    data.goodput_source = GOODPUT_HTTP
+    data.goodput = _q(store, "report_goodput_http", params, requests=REQUESTS)
+    data.goodput_groups = _q(store, "report_goodput_groups", params, requests=REQUESTS, groups=GROUPS)
+    data.effect_goodput = _q(store, "report_effect_goodput", params, requests=REQUESTS, groups=GROUPS)
 
 
 def load_isp(store: Store, params: dict[str, Any], table: AsnTable, source: str = SOURCE_ROLLUP) -> IspData:

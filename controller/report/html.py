@@ -50,10 +50,11 @@ class Section:
     no_data: str = "No data for this section in the report window."
     tables: list[str] = field(default_factory=list)  # markup from table()
     notes: list[str] = field(default_factory=list)  # plain text, escaped here
+    table_only: bool = False  # a section of tables: it has data when it has a table
 
     @property
     def has_data(self) -> bool:
-        return self.svg is not None
+        return self.svg is not None or (self.table_only and bool(self.tables))
 
 
 @dataclass
@@ -88,7 +89,7 @@ def render_section(section: Section) -> str:
     ]
     if section.svg is not None:
         parts.append(f'<div class="figure">{section.svg}</div>')
-    else:
+    elif not section.has_data:
         parts.append(f'<div class="nodata" data-nodata="{esc(section.key)}">{esc(section.no_data)}</div>')
     parts.extend(section.tables)
     parts.extend(f'<p class="note">{esc(n)}</p>' for n in section.notes)

@@ -359,3 +359,83 @@ def per_pop_lines_svg(
         _time_axis(ax, window)
         fig.tight_layout()
         return _svg(fig)
+
+
+def goodput_svg(
+    per_pop: pd.DataFrame, groups: pd.DataFrame | None, configs: pd.DataFrame, window: Window, title: str
+) -> str | None:
+    """Top: p10 (solid) and p50 (dashed) goodput per POP; below, when `groups` has rows, the p10
+    goodput of treated and holdout prefixes over time."""
+    if per_pop is None or per_pop.empty:
+        return None
+    pops = sorted(per_pop["pop"].unique())
+    colors = pop_colors(pops)
+    has_groups = groups is not None and not groups.empty
+    with _figure("goodput", 2 if has_groups else 1, 3.2, sharex=True) as (fig, axes):
+        ax = axes[0, 0]
+        for pop in pops:
+            d = per_pop[per_pop["pop"] == pop].sort_values("time")
+            for pct, (width, alpha, dashes) in PCT_STYLE.items():
+                if pct not in d.columns:
+                    continue
+                xs, ys = _gapped(d["time"], mbps(d[pct]))
+                label = f"{pop} {pct}"
+                line = _plot(
+                    ax, xs, ys, f"goodput-{pop}-{pct}", color=colors[pop], linewidth=width, alpha=alpha, label=label
+                )
+                if dashes:
+                    line.set_dashes(dashes)
+        _mark_configs(ax, configs, None, window)
+        _rate_axis(ax)
+        ax.set_title(title)
+        _legend(ax, min(4, 2 * len(pops)))
+        _time_axis(ax, window)
+        if has_groups:
+            assert groups is not None
+            gx = axes[1, 0]
+            for grp in ("treated", "holdout"):
+                d = groups[groups["grp"] == grp].sort_values("time")
+                if d.empty:
+                    continue
+                xs, ys = _gapped(d["time"], mbps(d["p10"]))
+                line = _plot(
+                    gx, xs, ys, f"goodput-{grp}-p10", color=GROUP_COLORS[grp], linewidth=2.0, label=f"{grp} p10"
+                )
+                if grp == "holdout":
+                    line.set_dashes((5, 2))
+            _mark_configs(gx, configs, None, window)
+            _rate_axis(gx)
+            gx.set_title("p10 goodput: treated (BBR) vs holdout (CUBIC)")
+            _legend(gx, 2)
+            _time_axis(gx, window)
+        fig.tight_layout()
+        return _svg(fig)
+
+
+def effect_svg(rows: list[tuple[str, str, str, float, float, float]]) -> str | None:
+    """Estimates with their intervals, one horizontal line per row, on the effect scale (+0.25 is
+    drawn as +25 %).  A row is (id, label, metric, estimate, low, high); its interval line has the
+    SVG id `effect-<id>` (without an interval, nan bounds, the estimate's dot has it); one colour
+    per metric."""
+    if not rows:
+        return None
+    metrics = list(dict.fromkeys(r[2] for r in rows))
+    with _figure("effect", 1, 0.42 * len(rows) + 1.2) as (fig, axes):
+        ax = axes[0, 0]
+        ys = list(range(len(rows)))[::-1]
+        for (gid, _, metric, est, lo, hi), y in zip(rows, ys, strict=True):
+            color = PALETTE[metrics.index(metric) % len(PALETTE)]
+            (dot,) = ax.plot([est * 100], [y], marker="o", color=color, markersize=6)
+            if lo == lo and hi == hi:  # not nan
+                (line,) = ax.plot([lo * 100, hi * 100], [y, y], color=color, linewidth=2.4, solid_capstyle="butt")
+                line.set_gid(f"effect-{gid}")
+            else:
+                dot.set_gid(f"effect-{gid}")
+        ax.axvline(0, color="#555555", linewidth=1.0)
+        ax.set_yticks(ys, [r[1] for r in rows])
+        ax.set_ylim(-0.7, len(rows) - 0.3)
+        ax.set_xlabel("treated change relative to holdout change, % (dot: estimate, line: 95% CI)")
+        ax.set_title("Effect of BBR: difference in differences")
+        ax.grid(axis="y", visible=False)
+        fig.tight_layout()
+        return _svg(fig)

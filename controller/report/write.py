@@ -1,14 +1,15 @@
 """`write_report(store, path, ...)`: query the store, draw the plots, write one HTML file.
 
 The library entry point of `dyncc report` (controller/report/cli.py) and of the demo.  Data
-comes from controller/report/data.py, plots from plots.py, the page from html.py.
-Sections without data say so; the report never fails for lack of data.
+comes from controller/report/data.py, the effect estimates from effects.py, plots from plots.py,
+the page from html.py.  Sections without data say so; the report never fails for lack of data.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import os
 import tempfile
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.report import data as report_data
+from controller.report import effects as report_effects
 from controller.report import html as report_html
 from controller.report import plots as report_plots
 from controller.report.asn import AsnTable, load_asn_file
@@ -25,6 +27,8 @@ from controller.store import Store
 log = logging.getLogger("dyncc.report")
 
 DEFAULT_TITLE = "dyncc: dynamic congestion control report"
+#: the effect section's metrics: key -> label (the key names the effects.py input in ReportData)
+METRICS = {"delivery": "p10 delivery rate", "goodput": "p10 goodput"}
 
 
 @dataclass
@@ -32,7 +36,7 @@ class ReportSummary:
     path: Path
     window: report_data.Window | None
     pops: list[str]
-    sections: dict[str, bool] = field(default_factory=dict)  # section key -> has a plot
+    sections: dict[str, bool] = field(default_factory=dict)  # section key -> has data (a plot or a table)
     bytes: int = 0
     seconds: float = 0.0
 
@@ -44,7 +48,7 @@ class ReportSummary:
             end = f"{w.end:%H:%M}" if w.end.date() == w.start.date() else f"{w.end:%Y-%m-%d %H:%M}"
             span = f"{w.start:%Y-%m-%d %H:%M}–{end} UTC"
         return (
-            f"report {self.path} ({self.bytes / 1024:.0f} KiB, {drawn}/{len(self.sections)} plots, "
+            f"report {self.path} ({self.bytes / 1024:.0f} KiB, {drawn}/{len(self.sections)} sections with data, "
             f"POPs {','.join(self.pops) or '-'}, {span}) in {self.seconds:.1f} s"
         )
 
@@ -186,28 +190,193 @@ def _isp_section(data: report_data.ReportData) -> Section:
 
 def _goodput_section(data: report_data.ReportData) -> Section:
     w = data.window
-    svg = (
-        report_plots.per_pop_lines_svg(
-            data.goodput,
-            "p10",
-            data.configs,
-            w,
-            "goodput",
-            "p10 goodput per POP (approximate)",
-            "Mbit/s",
+    if data.goodput_source == report_data.GOODPUT_BUSY:
+        svg = (
+            report_plots.goodput_svg(data.goodput, None, data.configs, w, "Goodput per POP (approximate)")
+            if w
+            else None
         )
+        why = data.goodput_why or "no access-log rows (http_requests) in the report window"
+        return Section(
+            "goodput",
+            "Goodput (fallback: approximate, from busy_time)",
+            "Per flow larger than 100 KB: bytes acknowledged divided by the time the socket was busy "
+            f"sending (tcpi_busy_time), at its last poll; p10 (solid) and p50 (dashed) per POP per "
+            f"{_per(data)}. Approximate: busy time leaves out the time the client waited between "
+            "requests and the poll may miss the end of a flow.",
+            svg,
+            "No qualifying flows with busy_time in the raw tcpinfo table for the report window.",
+            notes=[
+                f"Fallback: {why}, so this section shows the busy_time approximation, not the "
+                "goodput of HTTP requests (bytes_sent / request_time from the access logs)."
+            ],
+        )
+    svg = (
+        report_plots.goodput_svg(data.goodput, data.goodput_groups, data.configs, w, "Goodput per POP (HTTP requests)")
         if w
         else None
     )
+    notes = []
+    missing = [p for p in data.pops if p not in data.http_pops]
+    if missing:
+        notes.append(f"No access-log rows in the window for POP(s) {', '.join(missing)}: no goodput lines for them.")
+    if svg is not None:
+        requests = int(data.goodput["requests"].sum())
+        notes.append(f"{requests:,} qualifying requests in the window.")
     return Section(
         "goodput",
-        "p10 goodput (approximate)",
-        "Per flow larger than 100 KB: bytes acknowledged divided by the time the socket was busy "
-        f"sending (tcpi_busy_time), at its last poll; p10 per POP per {_per(data)}. Approximate: "
-        "busy time leaves out the time the client waited between requests and the poll may miss "
-        "the end of a flow. The true measure is the goodput in HTTP access logs.",
+        "Goodput (HTTP requests)",
+        "Per HTTP response with status 200 and more than 1 MiB sent: bytes_sent / request_time "
+        "from the edge web servers' access logs (http_requests). p10 (solid) and p50 (dashed) per "
+        f"POP per {_per(data)}; below, the p10 of treated versus holdout prefixes.",
         svg,
-        "No qualifying flows with busy_time in the raw tcpinfo table for the report window.",
+        "Access-log rows exist in the window, but no response qualifies (status 200, > 1 MiB, request_time > 0).",
+        notes=notes,
+    )
+
+
+def _pct(value: float) -> str:
+    if not math.isfinite(value):
+        return "–"
+    pct = value * 100
+    return f"{pct:+.0f}%" if abs(pct) >= 10 else f"{pct:+.1f}%"
+
+
+def effects(data: report_data.ReportData) -> dict[str, list[report_effects.Did]]:
+    """The DiD per metric (METRICS keys with data to compute from) per POP and over all POPs."""
+    inputs = {"delivery": data.effect_delivery}
+    if data.goodput_source == report_data.GOODPUT_HTTP:
+        inputs["goodput"] = data.effect_goodput
+    return {key: report_effects.did_by_pop(df, data.pops, data.groups) for key, df in inputs.items()}
+
+
+def _did_row(d: report_effects.Did) -> tuple[list[str], list[str]]:
+    t, h = d.treated, d.holdout
+    note = [d.reason or d.note]
+    left_out = []
+    for g in (t, h):
+        why = {"no before data": g.no_before, "no after data": g.no_after, "too few samples": g.too_few}
+        if any(why.values()):
+            left_out.append(f"{g.grp} {sum(why.values())} ({', '.join(f'{k} {n}' for k, n in why.items() if n)})")
+    if left_out:
+        note.append("not counted: " + ", ".join(left_out))
+    interval = "–"
+    if d.has_interval and d.ci_low is not None and d.ci_high is not None:
+        interval = f"{_pct(d.ci_low)} … {_pct(d.ci_high)}"
+    cells = [
+        d.scope,
+        _pct(d.estimate) if d.estimate is not None else "–",
+        interval,
+        _pct(t.change),
+        _pct(h.change),
+        f"{t.prefixes} / {h.prefixes}",
+        f"{t.samples_before:,} / {t.samples_after:,}",
+        f"{h.samples_before:,} / {h.samples_after:,}",
+        "; ".join(n for n in note if n),
+    ]
+    cls = ""
+    if d.has_interval:
+        assert d.ci_low is not None and d.ci_high is not None
+        cls = "good" if d.ci_low > 0 else ("bad" if d.ci_high < 0 else "")
+    return cells, ["", cls, cls, "", "", "", "", "", ""]
+
+
+def _effect_section(data: report_data.ReportData, results: dict[str, list[report_effects.Did]]) -> Section:
+    header = [
+        "POP",
+        "effect (DiD)",
+        "95% CI",
+        "treated change",
+        "holdout change",
+        "prefixes treated / holdout",
+        "treated samples before / after",
+        "holdout samples before / after",
+        "note",
+    ]
+    tables, notes, plot_rows = [], [], []
+    for key, label in METRICS.items():
+        if key not in results:
+            continue
+        rows, classes = [], []
+        for d in results[key]:
+            cells, cls = _did_row(d)
+            rows.append(cells)
+            classes.append(cls)
+            if d.ok:
+                assert d.estimate is not None and d.ci_low is not None and d.ci_high is not None
+                scope_id = "all" if d.scope == report_effects.ALL else d.scope
+                plot_rows.append((f"{key}-{scope_id}", f"{label} · {d.scope}", key, d.estimate, d.ci_low, d.ci_high))
+        if rows:
+            tables.append(f"<h3>{report_html.esc(label)}</h3>" + table(header, rows, classes))
+    if "goodput" not in results and data.window is not None:
+        notes.append(f"p10 goodput: not computed: {data.goodput_why or 'no access-log rows in the window'}.")
+    if tables:
+        samples = "qualifying socket polls (flows > 100 KB) for the delivery rate, requests for goodput"
+        notes.append(
+            f"95% CI: percentile cluster bootstrap, {report_effects.RESAMPLES} resamples of prefixes within each "
+            f"group (seed {report_effects.SEED}). A prefix counts with at least {report_effects.MIN_SAMPLES} "
+            f"samples ({samples}) both before and after it entered its group, within the report window; the "
+            "bucket holding that moment (delivery rate) or a request spanning it (goodput) counts in neither."
+        )
+    svg = report_plots.effect_svg(plot_rows) if data.window else None
+    return Section(
+        "effect",
+        "Effect of BBR: treated versus holdout (difference in differences)",
+        "For each prefix, the change of its p10 from before to after it entered its group (treated: "
+        "moved to BBR; holdout: kept on CUBIC). Group change = geometric mean of the prefixes' "
+        "after/before ratios; effect = treated change relative to holdout change, "
+        "(T_after/T_before) / (H_after/H_before) − 1. A positive effect means BBR raised the low "
+        "percentile beyond what the time alone did to the holdout.",
+        svg,
+        "No estimate: the table says why for each POP." if tables else "No treated or holdout prefixes.",
+        tables=tables,
+        notes=notes,
+    )
+
+
+def _fmt_x(value: float) -> str:
+    return f"x{value:.2f}" if math.isfinite(value) else "–"
+
+
+def _reverted_section(data: report_data.ReportData) -> Section:
+    rev = data.reverted
+    tables, notes = [], []
+    if data.window is not None and not rev.empty:
+        rows = []
+        for _, r in rev.iterrows():
+            base, low = float(r["baseline_low_rate"]), float(r["low_delivery_rate"])
+            rates = f"{_fmt_rate(base)} → {_fmt_rate(low)}" if base > 0 and low > 0 else "–"
+            rows.append(
+                [
+                    f"{r['time']:%Y-%m-%d %H:%M}",
+                    r["pop"],
+                    r["prefix"],
+                    rates,
+                    _fmt_x(float(r["effect"])),
+                    _fmt_x(float(r["holdout_effect"])),
+                    r["reason"],
+                ]
+            )
+        header = ["round (UTC)", "POP", "prefix", "low rate: selected → reverted", "effect", "holdout", "reason"]
+        tables.append(table(header, rows))
+        if data.reverted_total > len(rows):
+            notes.append(
+                f"The newest {len(rows)} of {data.reverted_total} reverts in the window; "
+                f"{data.reverted_total - len(rows)} older ones are not shown."
+            )
+    return Section(
+        "reverted",
+        "Prefixes reverted to CUBIC",
+        "Prefixes the controller moved back from BBR in the window, newest first, with the "
+        "decision's reason: after the minimum hold their low delivery rate fell below the baseline "
+        "measured when they were selected and below the holdout group's change (effect = low rate "
+        "now / at selection; holdout = the same ratio for the POP's holdouts), or they had no traffic "
+        "for the expiry time, or config validation refuses them.",
+        None,
+        "No prefix was reverted in the report window.",
+        tables=tables,
+        notes=notes,
+        table_only=True,
     )
 
 
@@ -237,7 +406,7 @@ def _bbr_share_section(data: report_data.ReportData) -> Section:
     )
 
 
-def _cards(data: report_data.ReportData) -> list[Card]:
+def _cards(data: report_data.ReportData, results: dict[str, list[report_effects.Did]]) -> list[Card]:
     cards = [Card("POPs", ", ".join(data.pops) or "–")]
     q = int(data.delivery["qualifying"].sum()) if not data.delivery.empty else 0
     cards.append(Card("socket samples > 100 KB", f"{q:,}"))
@@ -249,14 +418,24 @@ def _cards(data: report_data.ReportData) -> list[Card]:
     t = summary[summary["grp"] == "treated"].set_index("phase")["p10"] if not summary.empty else None
     if t is not None and {"before", "after"} <= set(t.index):
         cards.append(Card("treated p10 change", _change(float(t["before"]), float(t["after"]))))
+    for key, label in METRICS.items():
+        overall = results.get(key, [])[-1:]  # the last row is all POPs (or the only POP)
+        if overall and overall[0].ok:
+            d = overall[0]
+            assert d.estimate is not None and d.ci_low is not None and d.ci_high is not None
+            value = _pct(d.estimate) + (f" [{_pct(d.ci_low)}, {_pct(d.ci_high)}]" if d.has_interval else " (no CI)")
+            cards.append(Card(f"BBR effect on {label} (DiD, 95% CI)", value))
     return cards
 
 
 def build_page(data: report_data.ReportData, title: str, pop: str = "") -> tuple[str, list[Section]]:
+    results = effects(data) if data.window is not None else {}
     sections = [
         _delivery_section(data),
         _selections_section(data),
         _treated_section(data),
+        _effect_section(data, results),
+        _reverted_section(data),
         _isp_section(data),
         _goodput_section(data),
         _bbr_share_section(data),
@@ -268,7 +447,7 @@ def build_page(data: report_data.ReportData, title: str, pop: str = "") -> tuple
             f" · POP {pop}" if pop else f" · {len(data.pops)} POP(s)"
         )
     footer = f"Generated by dyncc report at {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC."
-    return report_html.render_page(title, subtitle, _cards(data), sections, footer), sections
+    return report_html.render_page(title, subtitle, _cards(data, results), sections, footer), sections
 
 
 def write_report(

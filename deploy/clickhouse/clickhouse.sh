@@ -24,8 +24,6 @@ ETC=$CH_DIR/etc
 PIDFILE=$CH_DIR/clickhouse-server.pid
 PATTERN=clickhouse-server
 WAIT_TIMEOUT=${DYNCC_CH_WAIT_TIMEOUT:-60}
-POLICY_RC=/usr/sbin/policy-rc.d
-_policy_added=0
 
 client() {
     clickhouse-client --host 127.0.0.1 --port "$TCP_PORT" "$@"
@@ -38,18 +36,9 @@ cmd_install() {
     fi
     [[ $(id -u) == 0 ]] || die "clickhouse-server is missing; installing it needs root (apt-get)"
     log "installing clickhouse-server clickhouse-client with apt-get"
-    export DEBIAN_FRONTEND=noninteractive
-    # Keep the package's init script from starting the system-wide service
-    # (port 9000); we run our own instance. Only if no policy is in place.
-    if [[ ! -e $POLICY_RC ]]; then
-        printf '#!/bin/sh\nexit 101\n' >"$POLICY_RC"
-        chmod +x "$POLICY_RC"
-        _policy_added=1
-        trap 'if [[ $_policy_added == 1 ]]; then rm -f "$POLICY_RC"; fi' EXIT
-    fi
+    # the package's init script must not start the system-wide service (port 9000)
     apt-get update -q
-    apt-get install -y -q --no-install-recommends clickhouse-server clickhouse-client
-    if [[ $_policy_added == 1 ]]; then rm -f "$POLICY_RC"; _policy_added=0; fi
+    apt_install_no_start clickhouse-server clickhouse-client
     server_bin >/dev/null || die "clickhouse-server binary not found after install"
     log "installed: $(dpkg-query -W -f='${Version}' clickhouse-server)"
 }

@@ -12,7 +12,6 @@ _dyncc_tag=lab
 # shellcheck source=../lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-POLICY_RC=/usr/sbin/policy-rc.d
 PACKAGES=(nginx-light clang llvm libbpf-dev bpftool iproute2)
 
 missing() {
@@ -31,7 +30,7 @@ cmd_check() {
 }
 
 cmd_install() {
-    local m _policy_added=0
+    local m
     m=$(missing)
     if [[ -z $m ]]; then
         log "lab packages installed"
@@ -39,16 +38,8 @@ cmd_install() {
     fi
     [[ $(id -u) == 0 ]] || die "missing $m; installing needs root (apt-get)"
     log "installing $m with apt-get"
-    export DEBIAN_FRONTEND=noninteractive
-    if [[ ! -e $POLICY_RC ]]; then
-        printf '#!/bin/sh\nexit 101\n' >"$POLICY_RC"
-        chmod +x "$POLICY_RC"
-        _policy_added=1
-        trap 'if [[ $_policy_added == 1 ]]; then rm -f "$POLICY_RC"; fi' EXIT
-    fi
     # shellcheck disable=SC2086
-    apt-get install -y -q --no-install-recommends $m || { apt-get update -q && apt-get install -y -q --no-install-recommends $m; }
-    if [[ $_policy_added == 1 ]]; then rm -f "$POLICY_RC"; _policy_added=0; fi
+    apt_install_no_start $m
     m=$(missing)
     [[ -z $m ]] || die "still missing after apt-get: $m"
     log "lab packages installed"

@@ -212,7 +212,30 @@ def _default_problem(old: dict[str, Any], new: dict[str, Any], row: Any, effecti
 
 #: options added since the snapshot was taken, each on purpose (the snapshot is the CLI before
 #: the settings tables, kept to prove that move changed nothing)
-ADDED_SINCE = {"schema --cluster: a new option"}
+ADDED_SINCE = {
+    "schema --cluster: a new option",
+    # the fleet lab: POPs x edge hosts and path classes instead of one edge with slow / fine links
+    "demo --duration: default '3m' -> 270.0",
+    "demo --round-seconds: default 20 -> 15",
+    "lab --round-seconds: default 20 -> 15",
+    "lab --lookback-buckets: default 12 -> 8",
+    "lab --min-buckets: default 4 -> 5",
+    "lab --slow: 0 matching options",
+    "lab --alternating: default 2 -> 6",
+    "lab --fine: 0 matching options",
+    "lab --rate: 0 matching options",
+    "lab --holdout: default 0.0 -> 0.25",
+    "lab --pop: 0 matching options",
+    "lab --pops: a new option",
+    "lab --hosts-per-pop: a new option",
+    "lab --prefixes-per-pop: a new option",
+    "lab --lossy: a new option",
+    "lab --deep: a new option",
+    "lab --lowrtt: a new option",
+    "lab --min-hold-buckets: a new option",
+    "lab --max-new: a new option",
+    "lab --think-time: a new option",
+}
 
 
 def test_the_command_line_is_unchanged() -> None:

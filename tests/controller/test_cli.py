@@ -65,6 +65,7 @@ ADVANCE = ("control", "rollout", "advance", "--clickhouse", CH, "--publish-dir",
 KILL = ("control", "kill-switch", "--clickhouse", CH)
 KILL_PUB = ("--publish-dir", "{tmp}/pub", "--key", "{key}")
 REPORT = ("report", "--clickhouse", CH, "-o", "{tmp}/report.html")
+ACCESS = ("access-log", "--clickhouse", CH, "--pop", "lax")
 DEMO = ("demo", "--replay", "--workdir", "{tmp}/demo")
 
 ROWS = [
@@ -168,6 +169,27 @@ ROWS = [
     row("max_rows", *INGEST, "--config", "{ingest_typed}"),
     row("no_such_option", *INGEST, "--config", "{unknown_toml}"),
     row("--config", *INGEST, "--config"),
+    # access-log
+    row("--clickhouse", "access-log", "--pop", "lax", "{empty}"),
+    row("--pop", "access-log", "--clickhouse", CH, "{empty}"),
+    row("--pop", *ACCESS[:3], "--pop", BAD_POP, "{empty}"),
+    row("FILE", *ACCESS),
+    row("no such file", *ACCESS, "{missing}"),
+    row("twice", *ACCESS, "{empty}", "{empty}"),
+    row("--host", *ACCESS, "--host", "a b", "{empty}"),
+    row("--host", *ACCESS, "--host", "h" * 256, "{empty}"),
+    row("--follow", *ACCESS, "--follow", "0", "{empty}"),
+    row("--follow", *ACCESS, "--follow", "soon", "{empty}"),
+    row("--prefix-v4", *ACCESS, "--prefix-v4", "33", "{empty}"),
+    row("--prefix-v6", *ACCESS, "--prefix-v6", "129", "{empty}"),
+    row("--chunk-lines", *ACCESS, "--chunk-lines", "0", "{empty}"),
+    row("--chunk-bytes", *ACCESS, "--chunk-bytes", "4KiB", "{empty}"),
+    row("--metrics-port", *ACCESS, "--metrics-port", "70000", "{empty}"),
+    row("scheme", "access-log", "--clickhouse", "mysql://127.0.0.1:1/x", "--pop", "lax", "{empty}"),
+    row("127.0.0.1:1", *ACCESS, "{empty}"),
+    row("127.0.0.1:1", *ACCESS, "--follow", "1s", "{empty}"),
+    row("no_such_option", *ACCESS, "{empty}", "--config", "{unknown_toml}"),
+    row("chunk_lines", *ACCESS, "{empty}", "--config", "{access_typed}"),
     # control: scoring, decisions, the scheduler
     row("--clickhouse", "control", "--once"),
     row("scheme", "control", "--clickhouse", "http://127.0.0.1:1", "--once"),
@@ -296,28 +318,30 @@ ROWS = [
     row("output", *DEMO, "-o", "{garbage}/sub/report.html"),
     row("no_such_option", *DEMO, "--config", "{unknown_toml}"),
     # lab (PATH has no ip/tc: a row that slipped through validation could not build anything)
-    row("--rate", "lab", "--rate", "fast"),
-    row("--rate", "lab", "--rate", "0mbit"),
     row("round-seconds", "lab", "--round-seconds", "1"),
     row("rounds", "lab", "--rounds=-1"),
     row("duration", "lab", "--duration", "soon"),
     row("poll-interval", "lab", "--poll-interval", "10ms"),
     row("lookback-buckets", "lab", "--lookback-buckets", "1"),
     row("min-buckets", "lab", "--min-buckets", "20"),
-    row("client prefix", "lab", "--slow", "0", "--alternating", "0", "--fine", "0"),
-    row("fine", "lab", "--fine=-1"),
+    row("min-hold-buckets", "lab", "--min-hold-buckets", "0"),
+    row("max-new", "lab", "--max-new", "0"),
+    row("think-time", "lab", "--think-time", "100ms"),
+    row("pops must be 1-2", "lab", "--pops", "3"),
+    row("hosts per POP", "lab", "--hosts-per-pop", "0"),
+    row("cannot hold", "lab", "--prefixes-per-pop", "10"),
+    row("lossy", "lab", "--lossy=-1"),
     row("alternating", "lab", "--alternating=-1"),
-    row("--slow", "lab", "--slow", "abc"),
+    row("--deep", "lab", "--deep", "abc"),
     row("threshold-quantile", "lab", "--threshold-quantile", "1"),
     row("holdout", "lab", "--holdout", "1"),
     row("scheme", "lab", "--store", "mysql://127.0.0.1:1/x"),
     row("store-dir", "lab", "--store-dir", "{garbage}"),
     row("--kafka", "lab", "--kafka", "127.0.0.1:abc"),
     row("--record", "lab", "--record", "{garbage}/sub/rec.bin.gz"),
-    row("--pop", "lab", "--pop", BAD_POP),
     row("run-id", "lab", "--run-id", "bad-id!"),
     row("no_such_option", "lab", "--config", "{unknown_toml}"),
-    row("--rate", "lab", "--cleanup", "--rate", "fast"),
+    row("--pops", "lab", "--cleanup", "--pops", "x"),
     # schema
     row("required", "schema"),
     row("--clickhouse", "schema", "apply"),
@@ -343,6 +367,7 @@ def make_files(tmp: Path) -> dict[str, str]:
     (tmp / "collect_unknown.toml").write_text("[collect]\nno_such = 1\n")
     (tmp / "agent_typed.toml").write_text("proto = [1, 2]\n")
     (tmp / "ingest_typed.toml").write_text('[ingest]\nmax_rows = "many"\n')
+    (tmp / "access_typed.toml").write_text('[access-log]\nchunk_lines = "many"\n')
     (tmp / "control_typed.toml").write_text("[control]\nmax_new = 1.5\n")
     private, public = keygen(tmp / "keys")
     with gzip.open(tmp / "nometa.bin.gz", "wb") as fh:
@@ -361,6 +386,7 @@ def make_files(tmp: Path) -> dict[str, str]:
         "collect_unknown": str(tmp / "collect_unknown.toml"),
         "agent_typed": str(tmp / "agent_typed.toml"),
         "ingest_typed": str(tmp / "ingest_typed.toml"),
+        "access_typed": str(tmp / "access_typed.toml"),
         "control_typed": str(tmp / "control_typed.toml"),
         "key": str(private),
         "pub": str(public),
@@ -443,7 +469,18 @@ def test_table_is_large_and_covers_every_subcommand() -> None:
     assert len(ROWS) > 100
     assert len({r.argv for r in ROWS}) == len(ROWS), "duplicate rows"
     firsts = {r.argv[0] for r in ROWS if r.argv}
-    assert firsts == {"nosuch", "collect", "agent", "ingest", "control", "report", "demo", "lab", "schema"}
+    assert firsts == {
+        "nosuch",
+        "collect",
+        "agent",
+        "ingest",
+        "access-log",
+        "control",
+        "report",
+        "demo",
+        "lab",
+        "schema",
+    }
     assert {"explain", "keygen", "rollout", "kill-switch"} <= {arg for r in ROWS for arg in r.argv}
 
 

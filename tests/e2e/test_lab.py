@@ -1,7 +1,7 @@
 """`dyncc lab` end to end, short: the fleet lab (2 POPs x 2 edge hosts, five path classes, nginx,
 HTTP clients, htb/u32 shaping, BPF loss, the delay relay), collectors, chDB, access-log loading,
 scoring, the staged publisher and the edge agents, then the report on the lab's store.
-Slow (about 4 minutes) and root only."""
+Slow (about 5 minutes) and root only."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from controller.lab import topology as lab_topology
 from controller.lab.control import make_control_factory
 from controller.lab.loop import Lab, LabOptions
-from controller.lab.model import ControlOutcome, LabScoring
+from controller.lab.model import ControlOutcome
 from controller.lab.run import open_lab_store, summarize
 from controller.report import write_report
 from dyncc_common.runtime import StopFlag
@@ -25,9 +25,8 @@ from tests.support.netns_util import require_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
-ROUNDS = 14
-ROUND_SECONDS = 12
-LAYOUT = lab_topology.Layout(per_pop=32, lossy=8, deep=4, alternating=4, lowrtt=2)
+ROUNDS = 18  # the demo's run: selections from round 5, reverts after the 8-round minimum hold
+ROUND_SECONDS = 15
 
 
 def _sh(*cmd: str) -> str:
@@ -74,13 +73,7 @@ def _cc_by_peer(ss_text: str) -> dict[str, set[str]]:
 def test_fleet_lab_selects_by_class_and_rolls_out_in_stages(chdb_url: str, tmp_path: Path):
     require_root()
     run_id = secrets.token_hex(3)
-    opts = LabOptions(
-        round_seconds=ROUND_SECONDS,
-        rounds=ROUNDS,
-        layout=LAYOUT,
-        scoring=LabScoring(lookback_buckets=6, min_buckets=3, min_hold_buckets=6, holdout_fraction=0.25),
-        run_id=run_id,
-    )
+    opts = LabOptions(round_seconds=ROUND_SECONDS, rounds=ROUNDS, run_id=run_id)
     probes: list[Probe] = []
     real_factory = make_control_factory(tmp_path)
 
@@ -120,10 +113,13 @@ def test_fleet_lab_selects_by_class_and_rolls_out_in_stages(chdb_url: str, tmp_p
     # lossy: selected within the first rounds, in both POPs; holdouts exist
     lossy_sel = [p for p in on_bbr if classes[p] == "lossy"]
     assert {topo.prefix_pops()[p] for p in lossy_sel} == {"lab-a", "lab-b"}, text
-    assert min(result.first_selected[p] for p in lossy_sel) <= 5, text
+    assert min(result.first_selected[p] for p in lossy_sel) <= 7, text
     assert any("holdout" in ever.get(p.prefix, set()) for p in topo.by_class("lossy")), text
-    # deep buffer: selected too
+    # deep buffer: selected, then reverted for a measured negative effect after the minimum hold
     assert any(classes[p] == "deep" for p in on_bbr), text
+    deep_reverts = [(p, r) for p, r in result.reverted.items() if classes[p] == "deep"]
+    assert deep_reverts and all("negative effect" in why for _p, (_r, why) in deep_reverts), text
+    assert all(r - result.first_selected[p] >= opts.scoring.min_hold_buckets for p, (r, _w) in deep_reverts)
 
     # staged: a canary host held a POP's bbr routes a round before the other host of the POP
     assert any("on all 2 hosts" in line for line in summary.rollout), summary.rollout
@@ -133,17 +129,17 @@ def test_fleet_lab_selects_by_class_and_rolls_out_in_stages(chdb_url: str, tmp_p
         table = probes[0].routes[-1][e.host]
         for prefix, cc in last[e.host].items():
             assert re.search(rf"^{re.escape(prefix)} .*congctl {cc}", table, re.M), table
-        for p in topo.prefixes:
-            if p.klass in ("alternating", "fine", "lowrtt"):
-                assert not re.search(rf"^{re.escape(p.prefix)} ", table, re.M)
+        for cp in topo.prefixes:
+            if cp.klass in ("alternating", "fine", "lowrtt"):
+                assert not re.search(rf"^{re.escape(cp.prefix)} ", table, re.M)
     # new connections from prefixes with a bbr route use bbr; the others stay on cubic
     bbr, total = summary.bbr_routed
     assert total > 0 and bbr / total > 0.5, summary.bbr_routed
     assert summary.bbr_others[0] == 0 and summary.bbr_others[1] > 100
     for ss in probes[0].ss[-1].values():
         for peer, ccs in _cc_by_peer(ss).items():
-            p = next((x for x in topo.prefixes if x.addr == peer), None)
-            if p is not None and p.klass in ("alternating", "fine", "lowrtt"):
+            client = next((x for x in topo.prefixes if x.addr == peer), None)
+            if client is not None and client.klass in ("alternating", "fine", "lowrtt"):
                 assert ccs == {"cubic"}, (peer, ccs)
 
     # access logs: every edge host's requests are in http_requests, with the lab's client prefixes

@@ -1,15 +1,26 @@
 """A synthetic dyncc dataset with known shape, for the report and view tests.
 
 Two POPs, `HOURS` hours of raw tcpinfo polls (one socket per prefix per
-minute, each polled twice), a config version at `T_SELECT` that moves the
-treated slow prefixes to BBR (their delivery rate steps up), one holdout
-prefix per POP that stays slow, selections rounds every 15 minutes, and one
-rejected config version that must not be drawn.
+minute, each polled twice) and of access-log requests (one qualifying 1 MB
+response per prefix per minute, plus a small one and a 404 that do not count),
+a config version at `T_SELECT` that moves the treated slow prefixes to BBR
+(their delivery rate and goodput step up), one holdout prefix per POP that
+stays slow, selections rounds every 15 minutes, and one rejected config
+version that must not be drawn.  At `COHORT` a second, unaffected cohort
+enters its groups (lax: a treated prefix, ord: a holdout) and an ord prefix
+selected at `LATE` is reverted with a decision's reason text.
+
+`insert_fleet` is a larger, randomised dataset of the same kind (many prefixes
+per POP, a share of them treated or holdout, a known BBR effect on the treated
+and reverts), for the report's many-prefix tests and its build-time
+measurement.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +39,12 @@ TREATED = (0, 1)  # selected for BBR at T_SELECT
 HOLDOUT = (2,)  # slow, kept on CUBIC as the control group
 LATE_SELECT = 3  # lax only: selected one round later (a second "new" bar)
 SMALL_EVERY = 4  # every 4th minute the flow is small (< 100 KB): not qualifying
+LATE = T_SELECT + dt.timedelta(minutes=30)
+COHORT = T0 + dt.timedelta(hours=2, minutes=15)  # a later round: a second cohort, and a revert
+COHORT_PREFIX = 4  # lax: treated at COHORT; ord: holdout at COHORT (both fast, unaffected)
+REVERTED = 5  # ord only: selected at LATE, reverted at COHORT
+REVERT_REASON = "negative effect: low rate 84.00 Mbit/s -> 67.20 Mbit/s (x0.80, holdout x1.00); cooldown 24.0 h"
+HTTP_BYTES = 1_048_931  # a 1 MB object with its headers
 
 
 def prefix_of(pop_index: int, i: int) -> str:
@@ -43,6 +60,7 @@ class Synth:
     rounds: list[dt.datetime] = field(default_factory=list)
     new_per_round: dict[tuple[str, dt.datetime], int] = field(default_factory=dict)
     published: dict[str, list[dt.datetime]] = field(default_factory=dict)
+    http_rows: int = 0
 
 
 def rate_for(i: int, minute_time: dt.datetime) -> float:
@@ -52,7 +70,8 @@ def rate_for(i: int, minute_time: dt.datetime) -> float:
     return 10_000_000.0 + 100_000.0 * i
 
 
-def insert(store: Store) -> Synth:
+def insert(store: Store, http: bool = True) -> Synth:
+    """The dataset of the module docstring; `http=False` leaves http_requests empty."""
     rng = np.random.default_rng(7)
     minutes = HOURS * 60
     cols: dict[str, list] = {
@@ -119,9 +138,63 @@ def insert(store: Store) -> Synth:
     }
     rows = store.insert_columns("tcpinfo", arrays)
     synth = Synth(buckets=minutes // 5, tcpinfo_rows=rows)
+    synth.http_rows = _insert_http(store, rng) if http else 0
     _insert_selections(store, synth)
     _insert_configs(store, synth)
     return synth
+
+
+def _insert_http(store: Store, rng: np.random.Generator) -> int:
+    """Per prefix and minute: one 1 MB response (goodput ~ the prefix's rate, ending at :40),
+    one small response and one 404, which the goodput leaves out."""
+    requests = []
+    for p, pop in enumerate(POPS):
+        for i in range(PREFIXES_PER_POP):
+            prefix = prefix_of(p, i)
+            for m in range(HOURS * 60):
+                t = T0 + dt.timedelta(minutes=m)
+                goodput = rate_for(i, t) * 0.8 * float(rng.uniform(0.9, 1.1))
+                end = t + dt.timedelta(seconds=40, milliseconds=250)
+                requests.append(HttpRequest(end, pop, prefix, 200, HTTP_BYTES, HTTP_BYTES / goodput))
+                requests.append(HttpRequest(end, pop, prefix, 200, 50_000, 0.05))
+                requests.append(HttpRequest(end, pop, prefix, 404, 2_000_000, 0.5))
+    return insert_http(store, requests)
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    end: dt.datetime  # naive UTC, with milliseconds
+    pop: str
+    prefix: str
+    status: int
+    bytes_sent: int
+    request_time: float  # seconds
+
+
+def insert_http(store: Store, requests: list[HttpRequest]) -> int:
+    """Insert access-log rows into http_requests (the columns the report reads, plus a line id)."""
+    n = len(requests)
+    return store.insert_columns(
+        "http_requests",
+        {
+            "time": np.array(
+                [np.datetime64(r.end.replace(microsecond=0), "s") for r in requests], dtype="datetime64[s]"
+            ),
+            "time_ms": np.array([r.end.microsecond // 1000 for r in requests], dtype=np.uint16),
+            "pop": [r.pop for r in requests],
+            "host": [f"{r.pop}-edge1" for r in requests],
+            "prefix": [r.prefix for r in requests],
+            "family": np.array([10 if ":" in r.prefix else 2 for r in requests], dtype=np.uint8),
+            "client": [r.prefix.split("/")[0] for r in requests],
+            "status": np.array([r.status for r in requests], dtype=np.uint16),
+            "bytes_sent": np.array([r.bytes_sent for r in requests], dtype=np.uint64),
+            "body_bytes": np.array([max(0, r.bytes_sent - 355) for r in requests], dtype=np.uint64),
+            "request_time": np.array([r.request_time for r in requests], dtype=np.float64),
+            "method": ["GET"] * n,
+            "uri": ["/obj/1m.bin"] * n,
+            "offset": np.arange(n, dtype=np.uint64),
+        },
+    )
 
 
 def _insert_selections(store: Store, synth: Synth) -> None:
@@ -140,7 +213,9 @@ def _insert_selections(store: Store, synth: Synth) -> None:
     }
     t = T0 + dt.timedelta(hours=1)
     end = T0 + dt.timedelta(hours=HOURS)
-    late = T_SELECT + dt.timedelta(minutes=30)
+    late = LATE
+    reason: list[str] = []
+    effect: list[float] = []
     while t < end:
         synth.rounds.append(t)
         for p, pop in enumerate(POPS):
@@ -152,9 +227,20 @@ def _insert_selections(store: Store, synth: Synth) -> None:
                     decision = "holdout" if t >= T_SELECT else "skip"
                 elif i == LATE_SELECT and pop == "lax":
                     decision = "select" if t == late else ("keep" if t > late else "skip")
+                elif i == COHORT_PREFIX:
+                    decision = ("select" if pop == "lax" else "holdout") if t == COHORT else "skip"
+                    if pop == "lax" and t > COHORT:
+                        decision = "keep"
+                    if pop == "ord" and t > COHORT:
+                        decision = "holdout"
+                elif i == REVERTED and pop == "ord":
+                    decision = "select" if t == late else ("keep" if late < t < COHORT else "skip")
+                    decision = "revert" if t == COHORT else decision
                 else:
                     decision = "skip"
                 new += decision == "select"
+                reason.append(REVERT_REASON if decision == "revert" else "")
+                effect.append(0.8 if decision == "revert" else float("nan"))
                 sel["round_id"].append(f"r{t:%H%M}")
                 sel["round_time"].append(np.datetime64(t, "s"))
                 sel["pop"].append(pop)
@@ -176,6 +262,11 @@ def _insert_selections(store: Store, synth: Synth) -> None:
             "duty_cycle": np.array(sel["duty_cycle"], dtype=np.float64),
             "flap_ratio": np.array(sel["flap_ratio"], dtype=np.float64),
             "decision": sel["decision"],
+            "reason": reason,
+            "effect": np.array(effect, dtype=np.float64),
+            "holdout_effect": np.where(np.isfinite(effect), 1.0, np.nan),
+            "baseline_low_rate": np.where(np.isfinite(effect), 10_500_000.0, np.nan),
+            "low_delivery_rate": np.where(np.isfinite(effect), 8_400_000.0, 0.0),
         },
     )
     # every round was published (controller/scoring/state.py: reports count only such rounds)
@@ -193,7 +284,7 @@ def _insert_selections(store: Store, synth: Synth) -> None:
 
 def _insert_configs(store: Store, synth: Synth) -> None:
     one = dt.timedelta(minutes=1)
-    late = T_SELECT + dt.timedelta(minutes=30)
+    late = LATE
     rows = [
         (T_SELECT + one, "lax", 1, "published", 2),
         (T_SELECT + one, "ord", 1, "published", 2),
@@ -212,5 +303,267 @@ def _insert_configs(store: Store, synth: Synth) -> None:
             "status": [r[3] for r in rows],
             "entries": np.array([r[4] for r in rows], dtype=np.uint32),
             "kill_switch": np.zeros(len(rows), dtype=np.uint8),
+        },
+    )
+
+
+# ---- the fleet: many prefixes per POP, a known BBR effect, reverts
+
+FLEET_EFFECT = 1.5  # treated prefixes' rate multiplier from the round they were selected
+FLEET_REVERTED_EFFECT = 0.8  # the treated prefixes that got worse (and were reverted)
+FLEET_DRIFT = 0.9  # every prefix's rate from T_SELECT on: a time effect the DiD must remove
+FLEET_ASN_FIRST = 64496  # documentation ASNs 64496..64511, one per /48 block of client prefixes
+
+
+@dataclass
+class Fleet:
+    prefixes: dict[str, list[str]]  # per POP, index order
+    treated: dict[str, dict[str, dt.datetime]]  # per POP: prefix -> the round it was selected
+    holdout: dict[str, dict[str, dt.datetime]]
+    reverted: dict[str, dict[str, dt.datetime]]  # per POP: prefix -> the round it was reverted
+    multiplier: dict[tuple[str, str], float]  # (pop, prefix) -> BBR's rate multiplier (1 if none)
+    tcpinfo_rows: int = 0
+    http_rows: int = 0
+    rounds: list[dt.datetime] = field(default_factory=list)
+
+    def expected_did(self, pops: tuple[str, ...] = POPS) -> float:
+        """exp(mean ln m over treated - mean ln m over holdout) - 1: the effect the data hold."""
+        t = [math.log(self.multiplier[(p, x)]) for p in pops for x in self.treated[p]]
+        h = [math.log(self.multiplier[(p, x)]) for p in pops for x in self.holdout[p]]
+        return math.exp(sum(t) / len(t) - sum(h) / len(h)) - 1
+
+
+def fleet_prefix(pop_index: int, i: int) -> str:
+    """Index 0 of each POP is one of the lab's two IPv4 /24s; the rest IPv6 /56s, 16 per /48."""
+    if i == 0:
+        return ("198.51.100.0/24", "203.0.113.0/24")[pop_index % 2]
+    block = pop_index * 64 + i // 16
+    return str(ipaddress.ip_network(f"2001:db8:{block:x}:{(i % 16) << 8:x}::/56"))
+
+
+def fleet_asn_csv(prefixes_per_pop: int, pops: int = len(POPS)) -> str:
+    """The prefix->ASN file the lab writes: one /48 per 16 client prefixes (a /24 for the IPv4
+    ones), documentation ASNs 64496..64511 in turn, a header line and a comment."""
+    lines = ["# prefix -> ASN of the lab's client prefixes (documentation ASNs)", "prefix,asn,name"]
+    blocks = sorted({p * 64 + i // 16 for p in range(pops) for i in range(1, prefixes_per_pop)})
+    for k, block in enumerate(blocks):
+        asn = FLEET_ASN_FIRST + k % 16
+        lines.append(f"2001:db8:{block:x}::/48,AS{asn},Lab ISP {asn - FLEET_ASN_FIRST}")
+    lines += ["198.51.100.0/24,64496,Lab ISP 0", "203.0.113.0/24,64497,Lab ISP 1"]
+    return "\n".join(lines) + "\n"
+
+
+def insert_fleet(store: Store, prefixes_per_pop: int = 120, seed: int = 11) -> Fleet:
+    """`prefixes_per_pop` prefixes per POP over HOURS hours (polls and requests as insert()).
+
+    The slowest 30 % are candidates: at T_SELECT two thirds of the first 24 % are treated, a
+    third held out; at COHORT the rest of the candidates enter (the same split).  A sixth of the
+    treated get worse on BBR (FLEET_REVERTED_EFFECT) and are reverted two rounds after COHORT,
+    the others improve by FLEET_EFFECT.  Every rate drifts by FLEET_DRIFT from T_SELECT on.
+    """
+    rng = np.random.default_rng(seed)
+    n = prefixes_per_pop
+    minutes = HOURS * 60
+    revert_at = COHORT + dt.timedelta(minutes=30)
+    fleet = Fleet({}, {}, {}, {}, {})
+    for p, pop in enumerate(POPS):
+        prefixes = [fleet_prefix(p, i) for i in range(n)]
+        fleet.prefixes[pop] = prefixes
+        fleet.treated[pop], fleet.holdout[pop], fleet.reverted[pop] = {}, {}, {}
+        candidates = int(n * 0.3)
+        first = int(n * 0.24)
+        for i in range(candidates):
+            t0 = T_SELECT if i < first else COHORT
+            if i % 3 == 2:
+                fleet.holdout[pop][prefixes[i]] = t0
+                fleet.multiplier[(pop, prefixes[i])] = 1.0
+                continue
+            fleet.treated[pop][prefixes[i]] = t0
+            if i % 12 == 0 and t0 == T_SELECT:
+                fleet.reverted[pop][prefixes[i]] = revert_at
+                fleet.multiplier[(pop, prefixes[i])] = FLEET_REVERTED_EFFECT
+            else:
+                fleet.multiplier[(pop, prefixes[i])] = FLEET_EFFECT
+        for i in range(candidates, n):
+            fleet.multiplier[(pop, prefixes[i])] = 1.0
+
+    # per (pop, prefix, minute): the rate; two polls per minute, one qualifying request
+    times = np.array([np.datetime64(T0 + dt.timedelta(minutes=m), "s") for m in range(minutes)])
+    t_select = np.datetime64(T_SELECT, "s")
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("pop", "prefix", "time", "rate", "cc")}
+    for pop in POPS:
+        for i, prefix in enumerate(fleet.prefixes[pop]):
+            base = (1.5e6 if i < int(n * 0.3) else 8e6) * float(rng.lognormal(0.0, 0.3))
+            rate = base * rng.uniform(0.7, 1.3, minutes) * np.where(times >= t_select, FLEET_DRIFT, 1.0)
+            selected = fleet.treated[pop].get(prefix)
+            on = np.zeros(minutes, dtype=bool)
+            if selected is not None:
+                on = times >= np.datetime64(selected, "s")
+                rate = rate * np.where(on, fleet.multiplier[(pop, prefix)], 1.0)
+                if prefix in fleet.reverted[pop]:  # back on CUBIC, but the path stays worse
+                    on &= times < np.datetime64(fleet.reverted[pop][prefix], "s")
+            cols["pop"].append(np.full(minutes, pop, dtype=object))
+            cols["prefix"].append(np.full(minutes, prefix, dtype=object))
+            cols["time"].append(times)
+            cols["rate"].append(rate)
+            cols["cc"].append(np.where(on, "bbr", "cubic").astype(object))
+    pop_c, prefix_c, time_c, rate_c, cc_c = (np.concatenate(cols[k]) for k in ("pop", "prefix", "time", "rate", "cc"))
+    rows = len(time_c)
+    acked = np.full(rows, 600_000, dtype=np.uint64)
+    polls: dict[str, list[np.ndarray]] = {k: [] for k in ("time", "acked")}
+    for k, frac in ((0, 0.5), (1, 1.0)):
+        polls["time"].append(time_c + np.timedelta64(10 + 20 * k, "s"))
+        polls["acked"].append((acked * frac).astype(np.uint64))
+    poll_time = np.concatenate(polls["time"])
+    poll_acked = np.concatenate(polls["acked"])
+    two = lambda a: np.concatenate([a, a])  # noqa: E731 - the same column for both polls
+    rate2 = two(rate_c)
+    fleet.tcpinfo_rows = store.insert_columns(
+        "tcpinfo",
+        {
+            "time": poll_time.astype("datetime64[s]"),
+            "time_ns": poll_time.astype("datetime64[s]").astype(np.int64).astype(np.uint64) * np.uint64(1_000_000_000),
+            "pop": list(two(pop_c)),
+            "host": [f"{x}-edge1" for x in two(pop_c)],
+            "prefix": list(two(prefix_c)),
+            "family": np.array([10 if ":" in x else 2 for x in two(prefix_c)], dtype=np.uint8),
+            "cc": list(two(cc_c)),
+            "cookie": two(np.arange(1, rows + 1, dtype=np.uint64)),
+            "bytes_acked": poll_acked,
+            "delivery_rate": rate2.astype(np.uint64),
+            "min_rtt": np.full(2 * rows, 40_000, dtype=np.uint32),
+            "busy_time": (poll_acked / rate2 * 1e6).astype(np.uint64) + np.uint64(1),
+            "bytes_sent": poll_acked,
+            "bytes_retrans": np.zeros(2 * rows, dtype=np.uint64),
+        },
+    )
+    goodput = rate_c * 0.8 * rng.uniform(0.9, 1.1, rows)
+    end = time_c.astype("datetime64[ms]") + np.timedelta64(40_250, "ms")
+    fleet.http_rows = insert_http(
+        store,
+        [
+            HttpRequest(e.astype(dt.datetime), str(pop), str(prefix), 200, HTTP_BYTES, HTTP_BYTES / g)
+            for e, pop, prefix, g in zip(end, pop_c, prefix_c, goodput, strict=True)
+        ],
+    )
+    _insert_fleet_rounds(store, fleet, revert_at)
+    one = dt.timedelta(minutes=1)
+    configs = [(t + one, pop, v + 1) for pop in POPS for v, t in enumerate((T_SELECT, COHORT, revert_at))]
+    store.insert_columns(
+        "config_versions",
+        {
+            "created_at": np.array([np.datetime64(c[0], "s") for c in configs], dtype="datetime64[s]"),
+            "pop": [c[1] for c in configs],
+            "version": np.array([c[2] for c in configs], dtype=np.uint64),
+            "status": ["published"] * len(configs),
+            "entries": np.full(len(configs), 10, dtype=np.uint32),
+            "kill_switch": np.zeros(len(configs), dtype=np.uint8),
+        },
+    )
+    return fleet
+
+
+def _insert_fleet_rounds(store: Store, fleet: Fleet, revert_at: dt.datetime) -> None:
+    cols: dict[str, list] = {k: [] for k in ("round_id", "round_time", "pop", "prefix", "decision", "reason", "effect")}
+    t = T0 + dt.timedelta(hours=1)
+    while t < T0 + dt.timedelta(hours=HOURS):
+        fleet.rounds.append(t)
+        for pop in POPS:
+            for prefix in fleet.prefixes[pop]:
+                t_treat, t_hold = fleet.treated[pop].get(prefix), fleet.holdout[pop].get(prefix)
+                t_rev = fleet.reverted[pop].get(prefix)
+                decision, reason, effect = "skip", "", math.nan
+                if t_treat is not None and t >= t_treat:
+                    decision = "select" if t == t_treat else "keep"
+                    if t_rev is not None and t >= t_rev:
+                        decision = "revert" if t == t_rev else "skip"
+                elif t_hold is not None and t >= t_hold:
+                    decision = "holdout"
+                if decision == "revert":
+                    effect = FLEET_REVERTED_EFFECT
+                    reason = f"negative effect: low rate (x{effect:.2f}, holdout x1.00); cooldown 24.0 h"
+                for k, v in (("round_id", f"f{t:%H%M}"), ("round_time", np.datetime64(t, "s")), ("pop", pop)):
+                    cols[k].append(v)
+                cols["prefix"].append(prefix)
+                cols["decision"].append(decision)
+                cols["reason"].append(reason)
+                cols["effect"].append(effect)
+        t += dt.timedelta(minutes=15)
+    effects = np.array(cols["effect"], dtype=np.float64)
+    store.insert_columns(
+        "selections",
+        {
+            "round_id": cols["round_id"],
+            "round_time": np.array(cols["round_time"], dtype="datetime64[s]"),
+            "pop": cols["pop"],
+            "prefix": cols["prefix"],
+            "family": np.array([10 if ":" in x else 2 for x in cols["prefix"]], dtype=np.uint8),
+            "decision": cols["decision"],
+            "reason": cols["reason"],
+            "effect": effects,
+            "holdout_effect": np.where(np.isfinite(effects), 1.0, np.nan),
+            "baseline_low_rate": np.where(np.isfinite(effects), 1_500_000.0, np.nan),
+            "low_delivery_rate": np.where(np.isfinite(effects), 1_200_000.0, 0.0),
+        },
+    )
+    rounds = [(f"f{t:%H%M}", t, pop) for t in fleet.rounds for pop in POPS]
+    store.insert_columns(
+        "round_outcomes",
+        {
+            "round_id": [r[0] for r in rounds],
+            "round_time": np.array([np.datetime64(r[1], "s") for r in rounds], dtype="datetime64[s]"),
+            "pop": [r[2] for r in rounds],
+            "status": ["published"] * len(rounds),
+        },
+    )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One selections row (the columns the report reads)."""
+
+    round_time: dt.datetime
+    pop: str
+    prefix: str
+    decision: str
+    round_id: str = ""  # default: r<HHMMSS> of round_time
+    reason: str = ""
+    effect: float = math.nan
+    holdout_effect: float = math.nan
+    baseline_low_rate: float = math.nan
+    low_delivery_rate: float = 0.0
+
+    @property
+    def rid(self) -> str:
+        return self.round_id or f"r{self.round_time:%H%M%S}"
+
+
+def insert_decisions(store: Store, decisions: list[Decision], status: dict[str, str] | None = None) -> None:
+    """selections rows, and one round_outcomes row per (pop, round): `status` by round id
+    (default published)."""
+    store.insert_columns(
+        "selections",
+        {
+            "round_id": [d.rid for d in decisions],
+            "round_time": np.array([np.datetime64(d.round_time, "s") for d in decisions], dtype="datetime64[s]"),
+            "pop": [d.pop for d in decisions],
+            "prefix": [d.prefix for d in decisions],
+            "family": np.array([10 if ":" in d.prefix else 2 for d in decisions], dtype=np.uint8),
+            "decision": [d.decision for d in decisions],
+            "reason": [d.reason for d in decisions],
+            "effect": np.array([d.effect for d in decisions], dtype=np.float64),
+            "holdout_effect": np.array([d.holdout_effect for d in decisions], dtype=np.float64),
+            "baseline_low_rate": np.array([d.baseline_low_rate for d in decisions], dtype=np.float64),
+            "low_delivery_rate": np.array([d.low_delivery_rate for d in decisions], dtype=np.float64),
+        },
+    )
+    rounds = sorted({(d.rid, d.round_time, d.pop) for d in decisions})
+    store.insert_columns(
+        "round_outcomes",
+        {
+            "round_id": [r[0] for r in rounds],
+            "round_time": np.array([np.datetime64(r[1], "s") for r in rounds], dtype="datetime64[s]"),
+            "pop": [r[2] for r in rounds],
+            "status": [(status or {}).get(r[0], "published") for r in rounds],
         },
     )

@@ -17,13 +17,15 @@ from controller.store.topology import SHARDING_KEY, shard_database
 from tests.support.cluster_util import cluster_node
 
 ROOT = Path(__file__).resolve().parents[3]
-SHARDED = frozenset({"tcpinfo", "tcpinfo_5m", "ingest_batches"})
+SHARDED = frozenset({"tcpinfo", "tcpinfo_5m", "ingest_batches", "http_requests", "http_log_ledger"})
 
 
-def test_sharded_tables_are_the_telemetry_its_rollup_and_the_ledger() -> None:
+def test_sharded_tables_are_the_telemetry_its_rollup_the_requests_and_the_ledgers() -> None:
     assert sharded_tables(m.text for m in migrations()) == SHARDED
     tcpinfo = next(m.text for m in migrations() if m.version == 1)
     assert tcpinfo.count(f"{{{{sharded({SHARDING_KEY})}}}}") == 2  # the loader routes by the same key
+    requests = next(m.text for m in migrations() if m.version == 8)
+    assert requests.count(f"{{{{sharded({SHARDING_KEY})}}}}") == 1  # http_requests: the access-log loader's
 
 
 def test_plan_of_a_sharded_table_a_replicated_table_and_a_view() -> None:
@@ -94,10 +96,11 @@ def test_schema_apply_twice_every_node_has_every_table(cluster_db_url: str) -> N
     cmd = [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", plain_url, "--cluster", cluster]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
-    assert "applied 7" in first.stdout and "4 nodes" in first.stdout, first.stdout
+    count = len(migrations())
+    assert f"applied {count}" in first.stdout and "4 nodes" in first.stdout, first.stdout
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert second.returncode == 0, second.stderr
-    assert "applied 0" in second.stdout and "already there 7" in second.stdout, second.stdout
+    assert "applied 0" in second.stdout and f"already there {count}" in second.stdout, second.stdout
 
     store = open_store(cluster_db_url)
     assert isinstance(store, ClusterStore)
@@ -113,7 +116,9 @@ def test_schema_apply_twice_every_node_has_every_table(cluster_db_url: str) -> N
             assert engines[(shard_db, name)].startswith("Replicated")
         assert engines[(shard_db, "tcpinfo_5m_mv")] == "MaterializedView"
         assert engines[(shard_db, "ingest_batches_mv")] == "MaterializedView"
-        for name in ("selections", "round_outcomes", "config_versions", "schema_migrations", "scoring_buckets"):
+        assert engines[(shard_db, "http_log_ledger_mv")] == "MaterializedView"
+        replicated = ("selections", "round_outcomes", "config_versions", "schema_migrations", "scoring_buckets")
+        for name in (*replicated, "http_log_progress"):
             assert engines[(db, name)].startswith("Replicated")
         # recorded once for the cluster, visible on every node
         for replica in store.topology().nodes():

@@ -29,7 +29,8 @@ def test_describe_fleet_layout_and_addresses():
     assert all(ns.startswith("dlab-ab12-") for ns in topo.namespaces)
     assert len(set(topo.namespaces)) == len(topo.namespaces) == 1 + 4 + 10
     # every router interface name fits IFNAMSIZ
-    assert all(len(x.link.router_if) <= 15 for x in (*topo.edges, *topo.clients))
+    links = [e.link for e in topo.edges] + [c.link for c in topo.clients]
+    assert all(len(link.router_if) <= 15 for link in links)
     for pop in topo.pops:
         mine = [p for p in topo.prefixes if p.pop == pop]
         assert len(mine) == 64
@@ -44,8 +45,8 @@ def test_describe_fleet_layout_and_addresses():
         assert net.prefixlen == (24 if net.version == 4 else 56)
         assert str(net) == p.prefix  # canonical
         assert ipaddress.ip_address(p.addr) in net and _in_doc(p.addr)
-    for x in (*topo.edges, *topo.clients):
-        for addr in (x.link.router_v4, x.link.host_v4, x.link.router_v6, x.link.host_v6):
+    for link in links:
+        for addr in (link.router_v4, link.host_v4, link.router_v6, link.host_v6):
             assert _in_doc(addr)
     # the (POP, class) /48s do not overlap, and each client namespace holds one class of one POP
     nets = [lab_topology.class_network(i, k) for i in range(2) for k in lab_topology.CLASSES]

@@ -43,6 +43,38 @@ def test_asn_longest_prefix_match_and_malformed_lines():
     assert table.lookup("garbage") is None
 
 
+def test_asn_file_forms_the_docs_name():
+    """docs/report.md: `AS` optional (also `AS 64496`), a name optional, whitespace-separated
+    lines, a header and comments; host bits set in a network are accepted."""
+    table = parse_asn_rows(
+        [
+            ["# lab ISPs"],
+            ["prefix", "asn", "name"],
+            ["2001:db8:100::/40", "64496", "Example Cable"],
+            ["2001:db8:200::1/48", "AS 64497", "Example Mobile"],
+            ["198.51.100.0/24", "as64498"],
+            ["203.0.113.0/24 64499 Example Fibre"],
+            ["2001:db8:300::/48 AS64500"],
+            ["2001:db8:400::/48 notanasn"],
+        ]
+    )
+    assert (table.entries, table.malformed) == (5, 1)
+    assert table.lookup("2001:db8:101:300::/56") == "AS64496 Example Cable"
+    assert table.lookup("2001:db8:200:ff00::/56") == "AS64497 Example Mobile"
+    assert table.lookup("198.51.100.0/24") == "AS64498"
+    assert table.lookup("203.0.113.0/24") == "AS64499 Example Fibre"
+    assert table.lookup("2001:db8:300:100::/56") == "AS64500"
+
+
+def test_table_only_section_has_data_only_with_a_table():
+    empty = report_html.Section("r", "Reverted", "lead", None, "No revert.", table_only=True)
+    assert not empty.has_data and 'data-nodata="r"' in report_html.render_section(empty)
+    full = report_html.Section("r", "Reverted", "lead", None, tables=[report_html.table(["a"], [[1]])], table_only=True)
+    assert full.has_data and "data-nodata" not in report_html.render_section(full)
+    figure_less = report_html.Section("e", "Effect", "lead", None, "No estimate.", tables=["<table></table>"])
+    assert not figure_less.has_data and 'data-nodata="e"' in report_html.render_section(figure_less)
+
+
 def test_map_prefixes_keeps_top_isps_and_caps():
     table = parse_asn_rows([["198.51.0.0/16", "1", "A"], ["198.52.0.0/16", "2", "B"], ["198.53.0.0/16", "3", "C"]])
     seen = [
@@ -178,6 +210,19 @@ def test_compose_splices_only_report_query_files():
             assert ("FROM tcpinfo_5m" in sql) == (source == SOURCE_ROLLUP), name
             assert ("%(bucket)s" in sql) == (source == SOURCE_RAW), name
     assert "FROM selections" in compose("report_treated_vs_holdout", source=SOURCE_RAW, groups=GROUPS)
+    from controller.report.data import REQUESTS, REVERTED
+
+    for name, slots in (
+        ("report_effect_delivery", {"source": SOURCE_ROLLUP, "groups": GROUPS}),
+        ("report_goodput_http", {"requests": REQUESTS}),
+        ("report_goodput_groups", {"requests": REQUESTS, "groups": GROUPS}),
+        ("report_effect_goodput", {"requests": REQUESTS, "groups": GROUPS}),
+        ("report_reverted", {"reverted": REVERTED}),
+        ("report_reverted_count", {"reverted": REVERTED}),
+    ):
+        sql = compose(name, **slots)
+        assert "{" not in sql and "--" not in sql, name
+        assert ("FROM http_requests" in sql) == ("requests" in slots), name
     for bad in ("SELECT 1", "../views/treated_vs_holdout", "scoring_refresh_raw", "report_source_raw; DROP"):
         with pytest.raises(ValueError, match="not a report query file"):
             compose("report_delivery_by_pop", source=bad)

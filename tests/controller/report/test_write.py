@@ -16,7 +16,7 @@ from controller.store import Store
 from tests.support import report_synth as rs
 from tests.support.svg import path_points
 
-SECTIONS = ("delivery", "selections", "treated", "isp", "goodput", "bbrshare")
+SECTIONS = ("delivery", "selections", "treated", "effect", "reverted", "isp", "goodput", "bbrshare")
 VIEWS = (
     "delivery_rate_percentiles_by_pop",
     "new_selections_per_round",
@@ -62,7 +62,7 @@ def test_report_on_synthetic_data(store: Store, tmp_path):
         bars = re.findall(rf'<g id="selections-{pop}-\d+">', selections)
         assert len(bars) == len(synth.rounds)
     new_total = {pop: sum(n for (p, _), n in synth.new_per_round.items() if p == pop) for pop in rs.POPS}
-    assert new_total == {"lax": 3, "ord": 2}
+    assert new_total == {"lax": 4, "ord": 3}
     for pop in rs.POPS:
         assert re.search(rf"<td>{pop}</td><td>{len(synth.rounds)}</td><td>{new_total[pop]}</td>", selections)
 
@@ -76,9 +76,30 @@ def test_report_on_synthetic_data(store: Store, tmp_path):
     isp = section_html(page, "isp")
     assert path_points(isp, "isp-0-p10") == synth.buckets and path_points(isp, "isp-1-p10") == synth.buckets
     assert "AS64500 Example Cable" in isp
+    goodput = section_html(page, "goodput")
+    assert "Goodput (HTTP requests)" in goodput and "Fallback" not in goodput
     for pop in rs.POPS:
-        assert path_points(section_html(page, "goodput"), f"goodput-{pop}") == synth.buckets
+        for pct in ("p10", "p50"):
+            assert path_points(goodput, f"goodput-{pop}-{pct}") == synth.buckets
         assert path_points(section_html(page, "bbrshare"), f"bbrshare-{pop}") == synth.buckets
+    for grp in ("treated", "holdout"):
+        assert path_points(goodput, f"goodput-{grp}-p10") == synth.buckets
+
+    # the DiD: per POP and over all POPs, for both metrics; a real effect on both
+    effect = section_html(page, "effect")
+    for metric in ("delivery", "goodput"):
+        assert path_points(effect, f"effect-{metric}-lax") == 1  # one holdout prefix: no interval
+        for scope in ("ord", "all"):
+            assert path_points(effect, f"effect-{metric}-{scope}") == 2
+    assert effect.count("no interval: the holdout group has one prefix") == 2
+    rows = re.findall(r"<tr><td>all POPs</td><td[^>]*>([+-][\d.]+)%</td><td[^>]*>([+-][\d.]+)% … ([+-][\d.]+)%", effect)
+    assert len(rows) == 2
+    for est, lo, hi in rows:
+        assert 0 < float(lo) < float(est) < float(hi) and 50 < float(est) < 150
+
+    reverted = section_html(page, "reverted")
+    assert re.search(r"<td>ord</td><td>198\.52\.5\.0/24</td><td>84 Mbit/s → 67.2 Mbit/s</td><td>x0.80</td>", reverted)
+    assert "negative effect: low rate 84.00 Mbit/s -&gt; 67.20 Mbit/s" in reverted
 
     # --pop filter: only that POP's lines
     one = write_report(store, tmp_path / "lax.html", pop="lax")
@@ -109,7 +130,7 @@ def test_report_cli(store_url: str, store: Store, tmp_path, capsys):
     argv = ["report", "--clickhouse", store_url, "-o", str(out), "--since", "1h", "--pop", "ord", "--bucket", "5m"]
     assert main(argv) == 0
     line = capsys.readouterr().out
-    assert "6/6" not in line and str(out) in line  # no ASN file: the ISP section is not drawn
+    assert "8/8" not in line and str(out) in line  # no ASN file: the ISP section is not drawn
     page = out.read_text()
     assert path_points(section_html(page, "delivery"), "delivery-ord-p10") == 12  # the last hour
 
@@ -143,6 +164,13 @@ def test_short_window_uses_raw_buckets(store: Store, tmp_path):
     assert path_points(section_html(page, "delivery"), "delivery-lax-p10") == expected
     assert path_points(section_html(page, "bbrshare"), "bbrshare-ord") == 60
     assert "per 30\u00a0s" in page and synth.buckets == 36
+    # the DiD: only the cohort entering its groups at rs.COHORT has data before and after in this
+    # window, one treated prefix in lax and one holdout in ord: an estimate over both POPs, no interval
+    effect = section_html(page, "effect")
+    assert summary.sections["effect"] and path_points(effect, "effect-delivery-all") == 1
+    assert effect.count("no interval: the treated and holdout groups have one prefix") == 2
+    assert "no before data: every holdout prefix entered its group before the window" in effect
+    assert summary.sections["reverted"] and rs.prefix_of(1, rs.REVERTED) in section_html(page, "reverted")
 
 
 @pytest.fixture

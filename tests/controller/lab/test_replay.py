@@ -130,5 +130,5 @@ def test_demo_replay_as_non_root_writes_report_with_plots(request):
     assert int(rows["deep"][5]) > 0, out
     for klass in ("fine", "lowrtt"):
         assert int(rows[klass][2]) == 0, out
-    assert int(rows["alternating"][2]) <= 1, out
+    assert int(rows["alternating"][2]) <= 2, out
     assert re.search(r"\d+ HTTP requests", out) and " 0 HTTP requests" not in out

@@ -155,6 +155,7 @@ def test_file_sink_rotates_by_size(tmp_path: Path) -> None:
 
 
 def test_stdout_sink_one_json_line_per_socket(tmp_path: Path) -> None:
+    from collector.netlink.sockdiag import DEFAULT_STATES
     from collector.telemetry.poller import Poller
 
     cfg = load_config("--no-default-excludes", "--max-rows", "2")
@@ -165,7 +166,7 @@ def test_stdout_sink_one_json_line_per_socket(tmp_path: Path) -> None:
     assert len(lines) == rows
     for line in lines:
         obj = json.loads(line)
-        assert obj["state_name"] == "established"
+        assert obj["state_name"] in DEFAULT_STATES  # the host's own sockets: any state the collector dumps
         assert "." in obj["src"] or ":" in obj["src"]
         assert obj["prefix"].endswith(("/24", "/56"))
 

@@ -90,8 +90,12 @@ format_storage() {
     if [[ -s $KDIR/cluster.id ]]; then
         cid=$(<"$KDIR/cluster.id")
     else
-        # Kafka Uuid: 16 random bytes, URL-safe base64 without padding.
-        cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+        # Kafka Uuid: 16 random bytes, URL-safe base64 without padding; one starting with '-'
+        # would be read as an option by kafka-storage, so draw again (1 in 64 ids).
+        cid=-
+        while [[ $cid == -* ]]; do
+            cid=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')
+        done
         echo "$cid" >"$KDIR/cluster.id"
     fi
     log "formatting storage in $DATA_DIR (cluster id $cid)"

@@ -15,12 +15,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import urllib.parse
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from controller.store import ClusterStore, StoreError, open_store
@@ -216,3 +218,23 @@ def sync_replicas(url: str) -> None:
                 node.close()
     finally:
         store.close()
+
+
+@contextlib.contextmanager
+def shard_table_renamed(cluster: ClusterStore, shard: int, old: str, new: str) -> Iterator[None]:
+    """A sharded table renamed on every replica of a shard (0-based), named back afterwards
+    (inserts routed to that shard fail meanwhile)."""
+
+    def rename(a: str, b: str) -> None:
+        for replica in cluster.topology().shards[shard].replicas:
+            node = cluster.node_store(replica, shard_database(cluster.database))
+            try:
+                node.execute(f"RENAME TABLE {a} TO {b}")
+            finally:
+                node.close()
+
+    rename(old, new)
+    try:
+        yield
+    finally:
+        rename(new, old)

@@ -10,7 +10,6 @@ insert into a Distributed table returns only once every shard has its rows.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -42,6 +41,7 @@ from tests.support.cluster_util import (
     node_answers,
     node_name,
     shard_placement,
+    shard_table_renamed,
     with_alt_hosts,
 )
 from tests.support.ingest_kafka import count_rows, create_topic, make_msgs, produce, total_rows
@@ -107,26 +107,6 @@ def _loaded(url: str) -> int:
 
 def _rows(shard: Store, table: str = "tcpinfo") -> int:
     return int(shard.query_rows(f"SELECT count() FROM {table}")[0][0])
-
-
-@contextlib.contextmanager
-def _shard_table_renamed(cluster: ClusterStore, shard: int, old: str, new: str) -> Iterator[None]:
-    """A sharded table renamed on every replica of a shard (0-based), named back afterwards."""
-    replicas = cluster.topology().shards[shard].replicas
-
-    def rename(a: str, b: str) -> None:
-        for replica in replicas:
-            node = cluster.node_store(replica, shard_database(cluster.database))
-            try:
-                node.execute(f"RENAME TABLE {a} TO {b}")
-            finally:
-                node.close()
-
-    rename(old, new)
-    try:
-        yield
-    finally:
-        rename(new, old)
 
 
 def _assert_every_row_once_on_its_shard(store: ClusterStore, url: str, msgs: Messages) -> None:
@@ -326,7 +306,7 @@ def test_loader_killed_while_one_shard_refuses_its_rows_restarted_loads_only_the
     produce(kafka_brokers, kafka_topic, msgs)
     shard1, shard2 = cluster.shard_stores()
     drain = _ingest_args(kafka_brokers, kafka_topic, cluster_db_url, "--drain", "--backoff-max", "1s")
-    with _shard_table_renamed(cluster, 1, "tcpinfo", "tcpinfo_away"):
+    with shard_table_renamed(cluster, 1, "tcpinfo", "tcpinfo_away"):
         loader = LoaderProcess(tmp_path / "refused.log", *drain)
         try:
             _wait(lambda: _rows(shard1) > 0 and loader.log.count("store unavailable") >= 2, 60, "retrying", loader)
@@ -359,7 +339,7 @@ def test_bulk_insert_into_the_distributed_table_waits_for_every_shard_and_uses_a
         down.bulk_insert("tcpinfo", columns, rows)
         assert [_rows(shard) for shard in cluster.shard_stores()] == want  # no rows still on their way
         # shard 2 cannot take rows: an asynchronous insert would return and keep them queued
-        with _shard_table_renamed(cluster, 1, "tcpinfo", "tcpinfo_away"), pytest.raises(StoreError, match="tcpinfo"):
+        with shard_table_renamed(cluster, 1, "tcpinfo", "tcpinfo_away"), pytest.raises(StoreError, match="tcpinfo"):
             down.bulk_insert("tcpinfo", columns, rows)
     finally:
         down.close()

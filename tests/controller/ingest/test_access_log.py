@@ -20,7 +20,6 @@ ClickHouse).  Bad options (exit 2, one line) are rows of tests/controller/test_c
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import re
@@ -45,9 +44,9 @@ from controller.ingest.columns import prefix_column
 from controller.ingest.settings import MIN_ACCESS_CHUNK_BYTES
 from controller.store import ClusterStore, Store, StoreError, open_store
 from controller.store.migrate import apply_migrations
-from controller.store.topology import shard_database, shard_of
+from controller.store.topology import shard_of
 from schemas.addresses import MAPPED_PREFIX
-from tests.support.cluster_util import sync_replicas
+from tests.support.cluster_util import shard_table_renamed, sync_replicas
 from tests.support.private_server import PrivateServer
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -490,25 +489,6 @@ def _shard_rows(cluster: ClusterStore) -> list[set[tuple[str, int]]]:
     ]
 
 
-@contextlib.contextmanager
-def _shard_table_renamed(cluster: ClusterStore, shard: int, old: str, new: str) -> Iterator[None]:
-    """A sharded table renamed on every replica of a shard, named back afterwards (its inserts fail)."""
-
-    def rename(a: str, b: str) -> None:
-        for replica in cluster.topology().shards[shard].replicas:
-            node = cluster.node_store(replica, shard_database(cluster.database))
-            try:
-                node.execute(f"RENAME TABLE {a} TO {b}")
-            finally:
-                node.close()
-
-    rename(old, new)
-    try:
-        yield
-    finally:
-        rename(new, old)
-
-
 @pytest.mark.clickhouse
 def test_cluster_rows_on_their_shards_once_after_a_crash_and_a_shard_failure(
     cluster: ClusterStore, cluster_db_url: str, tmp_path: Path
@@ -521,7 +501,7 @@ def test_cluster_rows_on_their_shards_once_after_a_crash_and_a_shard_failure(
         dying.load(path)
     dying.close()
     # shard 0 takes chunk 3's rows, shard 1 refuses them
-    with _shard_table_renamed(cluster, 1, "http_requests", "http_requests_away"), pytest.raises(StoreError):
+    with shard_table_renamed(cluster, 1, "http_requests", "http_requests_away"), pytest.raises(StoreError):
         AccessLogLoader(cluster, pop=POP, host=HOST, chunk_lines=10).load(path)
     result = AccessLogLoader(cluster, pop=POP, host=HOST, chunk_lines=10).load(path)
     assert result.duplicates > 0  # shard 0's rows of chunk 3 were not sent again

@@ -3,10 +3,11 @@ accelerated round: alternating paths flip -> telemetry loaded -> access logs loa
 staged publish -> agents -> table; and everything torn down.
 
 Rounds follow wall-clock buckets of `round_seconds` (the scoring bucket), so a round's telemetry
-is exactly one bucket.  At each boundary: alternating paths flip, the pipeline confirms every
-polled batch is in the store, each edge host's new access-log lines are loaded, the control step
-scores the window that just closed and (through the publisher and the edge agents) installs
-routes, and one table row per (POP, path class) is printed.  Whatever happens (error, Ctrl-C,
+is exactly one bucket.  The clients first run one to two rounds unpolled (warm-up), so round 1
+measures a whole bucket of clients past their start.  At each boundary: alternating paths flip,
+the pipeline confirms every polled batch is in the store, each edge host's new access-log lines
+are loaded, the control step scores the window that just closed and (through the publisher and
+the edge agents) installs routes, and one table row per (POP, path class) is printed.  Whatever happens (error, Ctrl-C,
 SIGTERM via StopFlag), the clients, web servers and delay relay stop and every namespace of the
 run is deleted.
 """
@@ -47,6 +48,7 @@ class LabOptions:
     scoring: LabScoring = field(default_factory=LabScoring)
     think_time: float = 3.0  # mean seconds between a client's requests
     kafka: str | None = None
+    enforce: str = "route"  # the edge agents' enforcement: route or bpf (collector.agent.settings)
     record: Path | None = None  # telemetry recording; access logs go beside it
     run_id: str = field(default_factory=lambda: secrets.token_hex(2))
 
@@ -260,18 +262,23 @@ class Lab:
         rs = opts.round_seconds
         planned = opts.planned_rounds()
         started = time.monotonic()
-        boundary = (int(time.time()) // rs + 1) * rs
+        # warm-up: the clients run at least one round unmeasured, so round 1 is a whole bucket of
+        # clients past their start (all starting at once, in slow start, looked like poor paths)
+        warm_until = (int(time.time()) // rs + 1) * rs + rs
+        boundary = warm_until + rs
         round_no = 0
         log.info(
-            "lab %s running: %d POPs x %d edge hosts, %d prefixes, %ds rounds%s; first boundary in %.0fs",
+            "lab %s running: %d POPs x %d edge hosts, %d prefixes, %ds rounds%s; warm-up %.0fs, first round in %.0fs",
             opts.run_id,
             len(topo.pops),
             len(topo.edges) // max(len(topo.pops), 1),
             len(topo.prefixes),
             rs,
             f", {planned} rounds" if planned else "",
+            warm_until - time.time(),
             boundary - time.time(),
         )
+        stop.wait(max(warm_until - time.time(), 0.0))
         next_poll = time.monotonic()
         pipeline.new_sockets.take()
         while not stop.is_set():

@@ -10,6 +10,8 @@
 #                    servers, servers stopped again (a stack or cluster that was already running before
 #                    `make test` is left running; DYNCC_KEEP_STACK=1 keeps what `make test` started)
 #   make lint        ruff check, ruff format --check, mypy, import contracts (CI runs it before the tests)
+#   make bpf         compile the agent's sock_ops program (collector/agent/bpf/cc_switch.c, Debian's clang)
+#                    into build/bpf/ for `dyncc agent --enforce bpf --bpf-object` (part of `make deps`)
 #   make demo | bench | proto | clean
 
 SHELL := /bin/bash
@@ -31,7 +33,7 @@ export DYNCC_TEST_CLICKHOUSE ?= clickhouse://default:@127.0.0.1:$(or $(DYNCC_CH_
 export DYNCC_TEST_KAFKA      ?= 127.0.0.1:$(or $(DYNCC_KAFKA_PORT),19092)
 export DYNCC_TEST_CLUSTER    ?= clickhouse://default:@127.0.0.1:$(or $(DYNCC_CLUSTER_TCP_PORT),19101)/default?cluster=dyncc
 
-.PHONY: venv deps stack-up stack-down stack-status cluster-up cluster-down cluster-status test lint demo bench proto clean
+.PHONY: venv deps bpf stack-up stack-down stack-status cluster-up cluster-down cluster-status test lint demo bench proto clean
 
 venv: $(STAMP)
 
@@ -51,6 +53,11 @@ $(STAMP): pyproject.toml | $(PY)
 # Kafka jars (Maven Central).
 deps:
 	@$(MAKE) --no-print-directory -j3 --output-sync=target venv _ch-install _kafka-fetch
+	@$(MAKE) --no-print-directory bpf
+
+# Needs clang and libbpf-dev (deploy/lab/lab.sh install, run by _ch-install); no prebuilt object is fetched.
+bpf: venv
+	$(PY) -m collector.agent.bpf_build build/bpf
 
 .PHONY: _ch-install _kafka-fetch
 _ch-install:

@@ -2,14 +2,14 @@
 
     python bench/cluster_scoring.py [--sizes 200000,1000000] [--runs 3] [--samples 6]
         [--cluster URL] [--clickhouse URL] [--stack-dir DIR] [--server-pid-file FILE]
-        [--targets server,cluster] [--fill copy|compute] [--max-memory BYTES] [--keep]
+        [--targets server,cluster] [--fill copy|compute] [--max-memory BYTES] [--keep] [--db-prefix P] [--lock FILE]
 
 Per size and target (one server = the reference, then the cluster), in a fresh database:
   fill   tcpinfo_5m gets N prefixes x (36 + runs) five-minute buckets: the first by INSERT ...
-         SELECT ...State(...) FROM numbers() (bench/scoring.py's fill; on the cluster into the
+         SELECT ...State(...) FROM numbers() (bench/scoring.py's fill, shared; on the cluster into the
          Distributed table, which sends each shard its rows), the others copies of it made on
          each shard (--fill copy; the two shards in parallel), or each computed like the first
-         (--fill compute: slow, ~3.5 min for 200k on the cluster here); then every replica is
+         (--fill compute: several times slower; see docs/performance.md); then every replica is
          synced (SYSTEM SYNC REPLICA).  Copies make every bucket alike, which costs the
          scoring the same: it merges and ranks as many states either way;
   cold   the first run_round: the cache is computed from all 36 buckets, then score, decide
@@ -43,14 +43,13 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cluster_ingest import cpu_seconds
-from bench.scoring import FILL_SQL as SCORING_FILL_SQL
+from bench.scoring import fill, peak_rss_mib, reset_peak_rss, timed_section
 from controller.scoring.round import RoundResult, run_round
 from controller.scoring.settings import ScoringConfig
 from controller.store import ClickHouseStore, ClusterStore, Store, open_store
@@ -63,9 +62,6 @@ PHASES = ("refresh", "score", "decide", "write", "other")
 #: the tables a round writes on the cluster (replicated to every node) and the fill's
 SYNCED = ("scoring_buckets", "scoring_versions", "selections", "round_outcomes")
 SYNC_TIMEOUT = 3600  # seconds
-
-# the same per-bucket fill as bench/scoring.py
-FILL_SQL = SCORING_FILL_SQL
 
 
 # ------------------------------------------------------------------ CPU of the servers
@@ -151,31 +147,6 @@ def sync_replicas(store: Store, tables: tuple[str, ...]) -> None:
             node.close()
 
 
-COPY_SQL = """
-INSERT INTO tcpinfo_5m
-SELECT %(to)s AS copied_bucket, pop, prefix, family, samples, qualifying, delivery_rate_q, delivery_rate_qual_q,
-    min_rtt_qual_q, retrans_ratio_q, bytes_acked_sum, bytes_sent_sum, bytes_retrans_sum
-FROM tcpinfo_5m
-WHERE bucket = %(source)s
-"""
-
-
-def fill(store: Store, prefixes: int, buckets: int, end: dt.datetime, samples: int, copy: bool) -> None:
-    """`buckets` buckets ending at `end`: each computed (FILL_SQL), or the first computed and
-    copied to the others, shard by shard in parallel, each shard reading its own rows."""
-    times = [end - dt.timedelta(minutes=5 * (buckets - i)) for i in range(buckets)]
-    for i, bucket in enumerate(times if not copy else times[:1]):
-        store.execute(FILL_SQL, {"bucket": bucket, "pop": POP, "k": samples, "rows": prefixes * samples, "salt": i})
-    if copy:
-
-        def copy_on(shard: Store) -> None:
-            for bucket in times[1:]:
-                shard.execute(COPY_SQL, {"to": bucket, "source": times[0]})
-
-        with ThreadPoolExecutor(max_workers=len(store.shard_stores())) as pool:
-            list(pool.map(copy_on, store.shard_stores()))
-
-
 def a_round(store: Store, meter: Meter, cfg: ScoringConfig, when: dt.datetime) -> Step:
     result: RoundResult
     result, seconds, cpu = measured(meter, lambda: run_round(store, cfg, when, POP))
@@ -194,6 +165,7 @@ class Run:
     fill: Step
     cold: Step
     rounds: list[Step]
+    rss_mib: float = 0.0  # peak RSS of this process over the rounds
 
 
 def bench_target(
@@ -207,10 +179,12 @@ def bench_target(
     stack_dir: Path,
     pid_file: Path,
     keep: bool,
+    db_prefix: str = "bench",
+    lock: str = "",
 ) -> Run:
     cfg = ScoringConfig()
     now = dt.datetime(2024, 3, 1, 12, 0, 10, tzinfo=dt.UTC)
-    store = open_store(url.replace("{db}", f"bench_{uuid.uuid4().hex[:8]}"))
+    store = open_store(url.replace("{db}", f"{db_prefix}_{uuid.uuid4().hex[:8]}"))
     try:
         apply_migrations(store)
         if max_memory:  # for this connection's queries (and on a cluster the shards' parts of them)
@@ -231,14 +205,17 @@ def bench_target(
             f"  {target} {size}: filled {buckets} buckets in {seconds:.1f}s, replicas synced in {settle:.1f}s",
             flush=True,
         )
-        cold = a_round(store, meter, cfg, now)
-        print(f"  {target} {size}: cold round {cold.seconds:.1f}s {_phases(cold)}", flush=True)
-        rounds = []
-        for i in range(1, runs + 1):
-            step = a_round(store, meter, cfg, now + dt.timedelta(minutes=5 * i))
-            rounds.append(step)
-            print(f"  {target} {size}: round {i} {step.seconds:.2f}s {_phases(step)}", flush=True)
-        return Run(target, size, buckets, [n for n, p in pids.items() if p is not None], filled, cold, rounds)
+        with timed_section(lock):
+            reset_peak_rss()
+            cold = a_round(store, meter, cfg, now)
+            print(f"  {target} {size}: cold round {cold.seconds:.1f}s {_phases(cold)}", flush=True)
+            rounds = []
+            for i in range(1, runs + 1):
+                step = a_round(store, meter, cfg, now + dt.timedelta(minutes=5 * i))
+                rounds.append(step)
+                print(f"  {target} {size}: round {i} {step.seconds:.2f}s {_phases(step)}", flush=True)
+        nodes = [n for n, p in pids.items() if p is not None]
+        return Run(target, size, buckets, nodes, filled, cold, rounds, peak_rss_mib())
     finally:
         if not keep:
             _drop(store)
@@ -292,7 +269,8 @@ def describe(run: Run) -> list[str]:
     client = [_per_million(r.cpu["client"], r.scored) for r in run.rounds]
     settle = [r.settle_seconds for r in run.rounds]
     lines.append(
-        f"  client (python) CPU s per 1M prefixes {_median_range(client)}; replica sync {_median_range(settle)}s"
+        f"  client (python) CPU s per 1M prefixes {_median_range(client)}; replica sync {_median_range(settle)}s; "
+        f"peak RSS of the controller over the rounds {run.rss_mib:.0f} MiB"
     )
     return lines
 
@@ -368,6 +346,12 @@ def main() -> int:
         "stack: a refresh of 4 buckets of 1M prefixes needs more) [default: 6 GiB]",
     )
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases")
+    ap.add_argument(
+        "--lock", default="", help="hold flock on this file over the timed rounds only (not the fill) [default: none]"
+    )
+    ap.add_argument(
+        "--db-prefix", default="bench", help="the benchmark databases' name: PREFIX_<random> [default: bench]"
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     targets = [t for t in args.targets.split(",") if t]
@@ -386,6 +370,8 @@ def main() -> int:
                 args.stack_dir,
                 args.server_pid_file,
                 args.keep,
+                args.db_prefix,
+                args.lock,
             )
             print("\n".join(describe(done[target])), flush=True)
         if "server" in done and "cluster" in done:

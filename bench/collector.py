@@ -2,14 +2,15 @@
 
     sudo .venv/bin/python bench/collector.py [--conns 100000] [--rounds 5] [--brokers 127.0.0.1:19092]
 
-Creates a namespace (dbench-col-*), opens the connections from several holder
+Creates a namespace (dbench-col-*, --ns-prefix), opens the connections from several holder
 processes (the open-files limit is 20000 per process; each holder keeps both
 ends of its connections), then alternates `ss -tin > /dev/null`,
 `dyncc collect --once --sink file` and `dyncc collect --once --sink kafka`
 (the collector runs in the host namespace and dumps the benchmark namespace
 with --netns, so it can reach the broker on 127.0.0.1).  Prints sockets/s for each, the ratio to ss, and each
 command's peak RSS (from wait4), and the per-poll time of a long-running
-collector (no interpreter start-up) for comparison.  Everything is torn down at the end.
+collector (no interpreter start-up) for comparison.  Everything (namespace, holders, topic) is torn
+down at the end.
 Note: the kernel walks one socket hash table for every namespace, so other
 sockets on the host (other benchmarks, tests) slow every dump; run it alone.
 Not part of the test suite.
@@ -97,6 +98,8 @@ def daemon_polls(ns: str, brokers: str, topic: str, polls: int) -> list[float]:
         topic,
         "--host",
         "bench",
+        "--metrics-port",
+        "0",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     took: list[float] = []
@@ -117,6 +120,19 @@ def daemon_polls(ns: str, brokers: str, topic: str, polls: int) -> list[float]:
     return took
 
 
+def _delete_topic(brokers: str, topic: str) -> None:
+    """Remove the topic the Kafka runs wrote (if it exists)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": brokers})  # kept alive until the futures resolve
+    try:
+        for future in admin.delete_topics([topic]).values():
+            future.result(timeout=30)
+    except KafkaException as exc:
+        print(f"could not delete topic {topic}: {exc}", file=sys.stderr)
+
+
 def count_sockets(ns: str) -> int:
     out = subprocess.run(
         ["ip", "netns", "exec", ns, "ss", "-Htn", "state", "established"],
@@ -134,6 +150,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--brokers", default=os.environ.get("DYNCC_TEST_KAFKA", "127.0.0.1:19092"))
     ap.add_argument("--no-kafka", action="store_true")
+    ap.add_argument("--topic-prefix", default="dbench_col_", help="prefix of the Kafka topic written")
+    ap.add_argument("--ns-prefix", default="dbench-", help="prefix of the namespace made")
     ap.add_argument("--hold", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--addr", help=argparse.SUPPRESS)
@@ -148,9 +166,10 @@ def main() -> int:
     subprocess.run(
         [PY, "-m", "compileall", "-q", "dyncc_common", "collector", "controller", "schemas"], cwd=REPO, check=True
     )
-    ns = f"dbench-col-{uuid.uuid4().hex[:6]}"
+    ns = f"{args.ns_prefix}col-{uuid.uuid4().hex[:6]}"
     tmp = Path(tempfile.mkdtemp(prefix="dbench-col-"))
     holders: list[subprocess.Popen[str]] = []
+    topic = ""
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         subprocess.run(["ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up"], check=True)
@@ -187,7 +206,7 @@ def main() -> int:
             f"({time.perf_counter() - t0:.1f}s to set up)"
         )
 
-        topic = f"dbench_col_{uuid.uuid4().hex[:8]}"
+        topic = f"{args.topic_prefix}{uuid.uuid4().hex[:8]}"
         common = ["--once", "--no-default-excludes", "--host", "bench", "--pop", "lab"]
         runs: dict[str, list[tuple[float, int, int]]] = {
             "ss -tin": [],
@@ -224,6 +243,12 @@ def main() -> int:
         steady = [] if args.no_kafka else daemon_polls(ns, args.brokers, topic, args.rounds)
         base = statistics.median(t for t, _, _ in runs["ss -tin"])
         print(f"\n{'command':<16}{'median s':>10}{'best s':>9}{'sockets/s':>12}{'vs ss':>8}{'peak RSS MB':>13}")
+
+        # the ratio of each run to the median ss run: median [range] over the rounds
+        def spread(times: list[float]) -> str:
+            ratios = sorted(base / t for t in times)
+            return f"{statistics.median(ratios):.2f}x [{ratios[0]:.2f}-{ratios[-1]:.2f}]"
+
         for name, got in runs.items():
             if not got:
                 continue
@@ -233,13 +258,14 @@ def main() -> int:
             fails = sum(1 for _, rc, _ in got if rc != 0)
             print(
                 f"{name:<16}{med:>10.3f}{best:>9.3f}{total / med:>12,.0f}{base / med:>7.2f}x{rss:>13.1f}"
+                + f"  vs ss per run {spread([t for t, _, _ in got])}"
                 + (f"  ({fails} failed)" if fails else "")
             )
         if steady:
             med = statistics.median(steady)
             print(
                 f"{'daemon poll':<16}{med:>10.3f}{min(steady):>9.3f}{total / med:>12,.0f}{base / med:>7.2f}x"
-                f"{'':>13}  (steady state, per poll, Kafka sink)"
+                f"{'':>13}  vs ss per poll {spread(steady)} (steady state, Kafka sink)"
             )
         return 0
     finally:
@@ -253,6 +279,8 @@ def main() -> int:
                 h.kill()
                 h.wait()
         subprocess.run(["ip", "netns", "del", ns], check=False)
+        if topic and not args.no_kafka:
+            _delete_topic(args.brokers, topic)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

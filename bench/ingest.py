@@ -25,6 +25,20 @@
    loaders: total rows over the union of their windows.
 4. Prints rows/s and ratios; the bar is one loader >= 0.8 x clickhouse-client.
    The reference runs before and after the loaders; the better one is used.
+   Each loader's peak RSS (from wait4) is printed too.
+
+    python bench/ingest.py --chdb-file [--rows 3000000] [--runs 3]
+
+The embedded path instead: ROWS rows (timestamps of the last days, so no TTL
+drops them) written as a collector file (`collect --sink file`), replayed by
+`dyncc ingest --from-file FILE --clickhouse chdb:///DIR` at default settings
+(a fresh directory per run, under TMPDIR).  Reference, in the same round: one
+chDB process inserting the same rows, already decoded into Native blocks of
+the loader's group size, from a Native file into the same schema
+(`INSERT INTO tcpinfo SELECT * FROM file(F, Native)`, the statement alone
+timed).  Prints, per run, the replay's rows/s (from its closing log line: first
+record read -> last group settled), the whole command's wall time and peak RSS,
+and the reference's rows/s; then median [range] of each.
 """
 
 from __future__ import annotations
@@ -51,6 +65,8 @@ from schemas.tcpinfo_columns import DEFAULT_MAX_BYTES
 from schemas.tcpinfo_decode import decode_batch
 from tests.support.ingest_synth import synth_messages
 
+DYNCC = str(Path(sys.executable).with_name("dyncc"))
+NAME_PREFIX = "bench_ingest"  # of the databases (and, with '-', the topics) made; --name-prefix
 _RATE = re.compile(r"loaded (\d+) rows in [\d.]+ s \(first message ([\d.]+) -> last flush ([\d.]+)\)")
 
 
@@ -59,7 +75,7 @@ def _db_url(base: str, db: str) -> str:
 
 
 def _fresh_db(base: str, tag: str) -> str:
-    url = _db_url(base, f"bench_ingest_{tag}_{uuid.uuid4().hex[:8]}")
+    url = _db_url(base, f"{NAME_PREFIX}_{tag}_{uuid.uuid4().hex[:8]}")
     store = open_store(url)
     apply_migrations(store)
     store.close()
@@ -129,7 +145,7 @@ def produce(kafka: str, topic: str, msgs: list[tuple[str, bytes]], **extra: obje
 
 
 def new_topic(admin: AdminClient) -> str:
-    topic = f"bench_ingest_{uuid.uuid4().hex[:8]}"
+    topic = f"{NAME_PREFIX.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
     for f in admin.create_topics([NewTopic(topic, num_partitions=4, replication_factor=1)]).values():
         f.result(timeout=30)
     return topic
@@ -143,6 +159,7 @@ def _loaders(
     msgs: list[tuple[str, bytes]],
     rows: int,
     produce_cfg: dict[str, object],
+    extra: list[str] | None = None,
 ) -> float:
     """n loaders on a fresh topic; returns rows/s over the loaders' combined window.
 
@@ -152,6 +169,7 @@ def _loaders(
     """
     topic = new_topic(admin)
     group = f"bench-{uuid.uuid4().hex[:8]}"
+    rss: list[float] = []
     if n == 1:
         produce(kafka, topic, msgs, **produce_cfg)
     procs = []
@@ -173,6 +191,7 @@ def _loaders(
             "--metrics-port",
             "0",
             "--no-migrate",
+            *(extra or []),
         ]
         procs.append((subprocess.Popen([*cmd, "--drain"] if n == 1 else cmd, stderr=log, text=True), log))
     try:
@@ -198,11 +217,11 @@ def _loaders(
             if p.poll() is None:
                 p.terminate()
         for p, _ in procs:
-            p.wait(60)
+            rss.append(_wait_rss(p))
         for f in admin.delete_topics([topic]).values():
             f.result(timeout=30)
     windows, loaded = [], 0
-    for p, log in procs:
+    for (p, log), peak in zip(procs, rss, strict=True):
         err = Path(log.name).read_text()
         log.close()
         os.unlink(log.name)
@@ -213,7 +232,7 @@ def _loaders(
         windows.append((float(m.group(2)), float(m.group(3))))
         print(
             f"    loader pid {p.pid}: {m.group(1)} rows, {err.count(' flush ')} flushes, "
-            f"{float(m.group(3)) - float(m.group(2)):.2f} s"
+            f"{float(m.group(3)) - float(m.group(2)):.2f} s, peak RSS {peak:.0f} MB"
         )
     got = _count(url)
     if got != rows or loaded != rows:
@@ -222,9 +241,156 @@ def _loaders(
     return rows / span
 
 
+def _wait_rss(p: subprocess.Popen[str], timeout: float = 60) -> float:
+    """Wait for `p` (SIGKILL after timeout s); its peak RSS in MB (wait4)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            return usage.ru_maxrss / 1024
+        if time.monotonic() > deadline:
+            p.kill()
+            deadline = time.monotonic() + 60
+        time.sleep(0.05)
+
+
+_REPLAY = re.compile(r"replayed .*; ([\d.]+) s, (\d+) rows/s")
+
+
+def _native_block(columns: dict[str, object], rows: int) -> list[bytes]:
+    """One block of ClickHouse's Native format (what `FORMAT Native` reads) for the tcpinfo columns."""
+    import io
+
+    from clickhouse_driver.varint import write_varint
+    from clickhouse_driver.writer import write_binary_str
+
+    from controller.ingest.columns import TCPINFO_TYPES
+    from controller.store.native import column_payload
+
+    head = io.BytesIO()
+    write_varint(len(columns), head)
+    write_varint(rows, head)
+    parts = [head.getvalue()]
+    for name, col in columns.items():
+        h = io.BytesIO()
+        write_binary_str(name, h)
+        write_binary_str(TCPINFO_TYPES[name], h)
+        payload = column_payload(TCPINFO_TYPES[name], col)  # type: ignore[arg-type]
+        assert payload is not None
+        parts += [h.getvalue(), payload.tobytes()]
+    return parts
+
+
+def _chdb_reference(native: Path, db: Path, rows: int) -> float:
+    """rows/s of chDB inserting the Native file into a fresh schema (a child process; the INSERT timed)."""
+    code = (
+        "import sys, time\n"
+        "from controller.store import open_store\n"
+        "from controller.store.migrate import apply_migrations\n"
+        "s = open_store(sys.argv[1]); apply_migrations(s)\n"
+        "t = time.perf_counter()\n"
+        "s.execute(f\"INSERT INTO tcpinfo SELECT * FROM file('{sys.argv[2]}', Native)\")\n"
+        "took = time.perf_counter() - t\n"
+        "n = s.query_rows('SELECT count() FROM tcpinfo')[0][0]\n"
+        "print(took, n)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, f"chdb://{db}", str(native)],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    took, n = float(out[-2]), int(out[-1])
+    if n != rows:
+        raise SystemExit(f"reference loaded {n} rows, expected {rows}")
+    return rows / took
+
+
+def chdb_file(rows: int, runs: int) -> int:
+    """`dyncc ingest --from-file` into chDB against chDB's own Native insert of the same rows."""
+    import dataclasses
+    import shutil
+    import statistics
+    import struct
+
+    from controller.ingest.columns import prepare
+    from controller.ingest.settings import IngestSettings
+    from schemas.tcpinfo_decode import decode_all, scan_batch
+
+    group_bytes = next(f.default for f in dataclasses.fields(IngestSettings) if f.name == "max_bytes")
+    assert isinstance(group_bytes, int)
+    start_ns = (int(time.time()) - (rows // 280 + 1) * 10 - 3600) * 1_000_000_000
+    tmp = Path(tempfile.mkdtemp(prefix="bench-ingest-chdb-"))
+    try:
+        path, native = tmp / "batches.bin", tmp / "rows.native"
+        t0 = time.perf_counter()
+        with path.open("wb") as f, native.open("wb") as nf:
+            group: list[bytes] = []
+            size = 0
+
+            def block() -> None:
+                cols, n = prepare(decode_all([scan_batch(m) for m in group])[0])
+                for part in _native_block(cols, n):  # type: ignore[arg-type]
+                    nf.write(part)
+
+            for _, m in synth_messages(
+                rows, hosts=8, rows_per_poll=280, seed=42, max_bytes=DEFAULT_MAX_BYTES, start_ns=start_ns
+            ):
+                f.write(struct.pack(">I", len(m)))
+                f.write(m)
+                group.append(m)
+                size += len(m)
+                if size >= group_bytes:
+                    block()
+                    group, size = [], 0
+            if group:
+                block()
+        print(
+            f"made {rows} rows: {path.stat().st_size / 1e6:.0f} MB collector file, "
+            f"{native.stat().st_size / 1e6:.0f} MB Native file, in {time.perf_counter() - t0:.1f} s"
+        )
+        loader, wall, peak, ref = [], [], [], []
+        for r in range(runs):
+            db = tmp / f"ref-{r}"
+            ref.append(_chdb_reference(native, db, rows))
+            shutil.rmtree(db, ignore_errors=True)
+            db = tmp / f"loader-{r}"
+            cmd = [DYNCC, "ingest", "--from-file", str(path), "--clickhouse", f"chdb://{db}", "--metrics-port", "0"]
+            t = time.perf_counter()
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            assert proc.stderr is not None
+            err = proc.stderr.read()
+            peak.append(_wait_rss(proc))
+            wall.append(time.perf_counter() - t)
+            found = _REPLAY.search(err)
+            if proc.returncode != 0 or not found or f" {rows} rows in " not in err:
+                raise SystemExit(f"loader failed ({proc.returncode}):\n{err[-3000:]}")
+            loader.append(float(found.group(2)))
+            shutil.rmtree(db, ignore_errors=True)
+            print(
+                f"  run {r + 1}: loader {loader[-1]:,.0f} rows/s (command {wall[-1]:.1f} s, peak RSS "
+                f"{peak[-1]:.0f} MB); chDB Native insert {ref[-1]:,.0f} rows/s; ratio {loader[-1] / ref[-1]:.2f}"
+            )
+
+        def mr(xs: list[float], fmt: str) -> str:
+            return f"{statistics.median(xs):{fmt}} [{min(xs):{fmt}}-{max(xs):{fmt}}]"
+
+        ratio = [a / b for a, b in zip(loader, ref, strict=True)]
+        print(f"\nrows {rows:,}, {runs} runs, median [range]")
+        print(f"ingest --from-file -> chDB   {mr(loader, ',.0f')} rows/s  (target 300,000)")
+        print(f"chDB Native-file insert      {mr(ref, ',.0f')} rows/s  (reference)")
+        print(f"ratio loader / reference     {mr(ratio, '.2f')}")
+        print(f"command wall time            {mr(wall, '.1f')} s; peak RSS {mr(peak, '.0f')} MB")
+        return 0
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rows", type=int, help="rows (default 1000000; with --chdb-file 3000000)")
     ap.add_argument("--kafka", default=os.environ.get("DYNCC_TEST_KAFKA", "127.0.0.1:19092"))
     ap.add_argument(
         "--clickhouse",
@@ -232,7 +398,17 @@ def main() -> int:
     )
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases and topic")
     ap.add_argument("--compression", default="zstd", choices=("none", "lz4", "zstd"), help="producer codec")
+    ap.add_argument("--name-prefix", default="bench_ingest", help="prefix of the databases and topics made")
+    ap.add_argument("--one-only", action="store_true", help="one loader only (no pre-sorted file, no two loaders)")
+    ap.add_argument("--loader-args", default="", help="extra `dyncc ingest` options for the loaders")
+    ap.add_argument("--chdb-file", action="store_true", help="benchmark --from-file into chDB instead (see above)")
+    ap.add_argument("--runs", type=int, default=3, help="with --chdb-file: rounds")
     args = ap.parse_args()
+    global NAME_PREFIX
+    NAME_PREFIX = args.name_prefix
+    if args.chdb_file:
+        return chdb_file(args.rows or 3_000_000, args.runs)
+    args.rows = args.rows or 1_000_000
 
     t0 = time.perf_counter()
     msgs = list(synth_messages(args.rows, hosts=8, rows_per_poll=280, seed=42, max_bytes=DEFAULT_MAX_BYTES))
@@ -281,15 +457,24 @@ def main() -> int:
         print(f"clickhouse-client native insert: {ref1:,.0f} rows/s")
         url1 = _fresh_db(args.clickhouse, "one")
         dbs.append(url1)
-        one = _loaders(1, args.kafka, admin, url1, msgs, args.rows, produce_cfg)
+        extra = args.loader_args.split()
+        one = _loaders(1, args.kafka, admin, url1, msgs, args.rows, produce_cfg, extra)
         print(f"one loader:  {one:,.0f} rows/s")
         ref2 = reference(native)
         print(f"clickhouse-client native insert: {ref2:,.0f} rows/s")
+        if args.one_only:
+            ref = max(ref1, ref2)
+            print(f"\nrows {args.rows:,}  clickhouse-client native {ref:,.0f} rows/s (runs: {ref1:,.0f}, {ref2:,.0f})")
+            print(f"one loader  {one:,.0f} rows/s = {one / ref:.2f} x native  (bar 0.80)")
+            if not args.keep:
+                for url in dbs:
+                    _drop(url)
+            return 0 if one >= 0.8 * ref else 1
         sorted_runs = [reference(presorted) for _ in range(2)]
         print(f"clickhouse-client native insert, pre-sorted rows: {max(sorted_runs):,.0f} rows/s")
         url2 = _fresh_db(args.clickhouse, "two")
         dbs.append(url2)
-        two = _loaders(2, args.kafka, admin, url2, msgs, args.rows, produce_cfg)
+        two = _loaders(2, args.kafka, admin, url2, msgs, args.rows, produce_cfg, extra)
         print(f"two loaders: {two:,.0f} rows/s")
 
     ref = max(ref1, ref2)

@@ -1,38 +1,57 @@
-"""Benchmark the scoring SQL: N prefixes x 36 five-minute buckets, ClickHouse 18.16 and chDB.
+"""Benchmark full controller rounds: N prefixes x 36 five-minute buckets, chDB and ClickHouse.
 
-    python bench/scoring.py [--sizes 10000,100000,200000] [--clickhouse URL] [--chdb DIR]
-                            [--samples 6] [--repeat 3] [--keep]
+    python bench/scoring.py [--sizes 200000,1000000] [--runs 3] [--cold-runs 1] [--samples 6]
+                            [--clickhouse URL] [--chdb DIR|off] [--fill copy|compute] [--keep]
+                            [--lock FILE]
 
-Fills tcpinfo_5m directly with INSERT ... SELECT ...State(...) FROM numbers(), one
-bucket per INSERT, then times
-  cold:  the first round, which merges all 36 buckets' quantile states from the
-         rollup into the scoring_buckets cache, then scores;
-  round: the next round (5 minutes later): one new bucket merged into the cache,
-         then the scoring query over 36 buckets (what every round costs);
-  full controller round: run_round (refresh, score, previous state, decisions,
-         writing every prefix to selections) once more.
-Bar: 200k prefixes <= 5 s on the server, <= 3 s on chDB, per round.
+Per target and size, in a fresh database (the URL's {db}):
+  fill   tcpinfo_5m gets N prefixes x (36 + runs) buckets: the first by INSERT ... SELECT
+         ...State(...) FROM numbers(), the others copies of it (--fill copy, the default) or
+         each computed the same way with another seed (--fill compute: slower; the scoring
+         does the same work either way: as many states to merge, rows to rank);
+  cold   the first run_round on an empty scoring cache: all 36 buckets merged from the rollup,
+         then score, decide, write every prefix to selections;
+  warm   `runs` more run_rounds 5 minutes apart: one new bucket merged, 36 scored, decided
+         against the previous round's state, written (what every controller round costs);
+         --cold-runs N: N - 1 more cold rounds after those, the cache tables truncated first.
+Printed per round: the wall time and run_round's phases (refresh, score, decide, write);
+per target and size: median [range] of the warm rounds, the cold/warm ratio, the peak RSS of
+this process over the rounds (chDB runs inside it), the load average.  Reference measured in
+the same run: the decision step of the code this one replaced (tests/support/decide_reference.py)
+on the same scores and state.  --lock FILE holds flock(2) on FILE (the benchmark lock that
+flock(1) takes) over the timed part only, not the fill.  Figures and targets: docs/performance.md ("Scoring round").
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
+import fcntl
 import os
+import statistics
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+
+from controller.scoring.decide import decide
 from controller.scoring.query import refresh, score_prefixes, window_for
-from controller.scoring.round import run_round
+from controller.scoring.round import RoundResult, run_round
 from controller.scoring.settings import ScoringConfig
+from controller.scoring.state import load_previous
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
+from tests.support.decide_reference import reference_decide
 
 POP = "bench1"
+PHASES = ("refresh", "score", "decide", "write")
 
 FILL_SQL = """
 INSERT INTO tcpinfo_5m
@@ -64,71 +83,139 @@ FROM
 GROUP BY p
 """
 
+COPY_SQL = """
+INSERT INTO tcpinfo_5m
+SELECT %(to)s AS copied_bucket, pop, prefix, family, samples, qualifying, delivery_rate_q, delivery_rate_qual_q,
+    min_rtt_qual_q, retrans_ratio_q, bytes_acked_sum, bytes_sent_sum, bytes_retrans_sum
+FROM tcpinfo_5m
+WHERE bucket = %(source)s
+"""
 
-def fill(store: Store, prefixes: int, buckets: int, end: dt.datetime, samples: int) -> float:
+
+def fill(store: Store, prefixes: int, buckets: int, end: dt.datetime, samples: int, copy: bool) -> float:
+    """`buckets` five-minute buckets ending at `end`: each computed (FILL_SQL), or the first computed
+    and copied to the others (on a cluster shard by shard in parallel, each reading its own rows)."""
     started = time.perf_counter()
-    for i in range(buckets):
-        bucket = end - dt.timedelta(minutes=5 * (buckets - i))
-        store.execute(
-            FILL_SQL,
-            {"bucket": bucket, "pop": POP, "k": samples, "rows": prefixes * samples, "salt": i},
-        )
+    times = [end - dt.timedelta(minutes=5 * (buckets - i)) for i in range(buckets)]
+    for i, bucket in enumerate(times if not copy else times[:1]):
+        store.execute(FILL_SQL, {"bucket": bucket, "pop": POP, "k": samples, "rows": prefixes * samples, "salt": i})
+    if copy:
+
+        def copy_on(shard: Store) -> None:
+            for bucket in times[1:]:
+                shard.execute(COPY_SQL, {"to": bucket, "source": times[0]})
+
+        with ThreadPoolExecutor(max_workers=len(store.shard_stores())) as pool:
+            list(pool.map(copy_on, store.shard_stores()))
     return time.perf_counter() - started
 
 
-def bench_one(url: str, label: str, sizes: list[int], samples: int, repeat: int, keep: bool) -> None:
+def reset_peak_rss() -> None:
+    """Start a new peak-RSS (VmHWM) measurement for this process (Linux: clear_refs 5)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def median_range(values: list[float], fmt: str = "{:.2f}") -> str:
+    text = fmt.format(statistics.median(values))
+    return text + (f" [{fmt.format(min(values))}-{fmt.format(max(values))}]" if len(values) > 1 else "")
+
+
+def phases(result: RoundResult) -> str:
+    return " ".join(f"{k} {result.timings.get(k, 0.0):.2f}s" for k in PHASES)
+
+
+def rounds(
+    store: Store, cfg: ScoringConfig, now: dt.datetime, label: str, size: int, runs: int, cold_runs: int
+) -> tuple[list[float], list[RoundResult], float, tuple[float, float]]:
+    """The timed part: cold round(s) and warm rounds; (cold seconds, warm results, peak RSS MiB, load)."""
+    reset_peak_rss()
+    load_before = os.getloadavg()[0]
+    cold = run_round(store, cfg, now, POP)
+    print(f"{label} {size}: cold {cold.seconds:.2f}s [{phases(cold)}]", flush=True)
+    warm: list[RoundResult] = []
+    for i in range(1, runs + 1):
+        result = run_round(store, cfg, now + dt.timedelta(minutes=5 * i), POP)
+        warm.append(result)
+        print(f"{label} {size}: warm {i} {result.seconds:.2f}s [{phases(result)}]", flush=True)
+    colds = [cold.seconds]
+    for j in range(1, cold_runs):  # again from an empty cache, at the last warm round's time
+        for table in ("scoring_buckets", "scoring_versions"):
+            store.execute(f"TRUNCATE TABLE {table}")
+        again = run_round(store, cfg, now + dt.timedelta(minutes=5 * runs), POP)
+        colds.append(again.seconds)
+        print(f"{label} {size}: cold {j + 1} {again.seconds:.2f}s [{phases(again)}]", flush=True)
+    rss = peak_rss_mib()
+    load_after = os.getloadavg()[0]
+    return colds, warm, rss, (load_before, load_after)
+
+
+@contextlib.contextmanager
+def timed_section(lock: str) -> Iterator[None]:
+    """Hold flock(2) on `lock` (the same lock as flock(1)) for the timed rounds; '' = no lock."""
+    if not lock:
+        yield
+        return
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def bench_one(
+    url: str, label: str, size: int, samples: int, runs: int, cold_runs: int, copy: bool, keep: bool, lock: str
+) -> None:
     cfg = ScoringConfig()
     now = dt.datetime(2024, 3, 1, 12, 0, 10, tzinfo=dt.UTC)
-    window = window_for(now, cfg)
-    later = now + dt.timedelta(minutes=5)
-    window2 = window_for(later, cfg)
-    for size in sizes:
-        store = open_store(url.replace("{db}", f"bench_{uuid.uuid4().hex[:8]}"))
-        try:
-            apply_migrations(store)
-            # 36 buckets of the first window plus the one bucket the next round adds
-            fill_s = fill(store, size, window.buckets + 1, window2.end, samples)
+    store = open_store(url.replace("{db}", f"bench_{uuid.uuid4().hex[:8]}"))
+    try:
+        apply_migrations(store)
+        end = window_for(now + dt.timedelta(minutes=5 * runs), cfg).end
+        fill_s = fill(store, size, cfg.lookback_buckets + runs, end, samples, copy)
+        print(f"{label} {size}: filled {cfg.lookback_buckets + runs} buckets in {fill_s:.0f}s", flush=True)
+        with timed_section(lock):
+            colds, warm, rss, loads = rounds(store, cfg, now, label, size, runs, cold_runs)
+            # the reference: the replaced decision code on the next round's scores and state
+            later = now + dt.timedelta(minutes=5 * (runs + 1))
+            window = window_for(later, cfg)
+            keys = refresh(store, cfg, window, POP, 10**18)
+            scores = score_prefixes(store, cfg, window, POP, keys)
+            previous = load_previous(store, POP, later)
             t0 = time.perf_counter()
-            keys = refresh(store, cfg, window, POP, 1)
+            decide(scores, previous, int(later.timestamp()), cfg)
             t1 = time.perf_counter()
-            df = score_prefixes(store, cfg, window, POP, keys)
+            reference_decide(scores, previous, int(later.timestamp()), cfg)
             t2 = time.perf_counter()
-            cold_refresh, cold_score = t1 - t0, t2 - t1
-            # the next round: one new bucket to merge from the rollup, 35 from the cache
-            t0 = time.perf_counter()
-            keys = refresh(store, cfg, window2, POP, 2)
-            t1 = time.perf_counter()
-            df = score_prefixes(store, cfg, window2, POP, keys)
-            t2 = time.perf_counter()
-            round_refresh, round_score = t1 - t0, t2 - t1
-            scores = [round_score]
-            for _ in range(repeat - 1):
-                t0 = time.perf_counter()
-                df = score_prefixes(store, cfg, window2, POP, keys)
-                scores.append(time.perf_counter() - t0)
-            # a whole controller round (nothing new to merge): + previous state, decisions, selections
-            full = run_round(store, cfg, later, POP)
-            steps = " ".join(f"{k} {v:.2f}s" for k, v in full.timings.items())
-            bar = 5.0 if label == "clickhouse" else 3.0
-            total = round_refresh + round_score
-            verdict = "" if size < 200_000 else f"  bar {bar:.0f}s: {'OK' if total <= bar else 'OVER'}"
-            print(
-                f"{label:10s} prefixes={size:>7d} x {window.buckets} buckets scored={len(df):>7d}  "
-                f"round={total:.2f}s (refresh 1 new bucket {round_refresh:.2f}s + score {round_score:.2f}s, "
-                f"best score {min(scores):.2f}s)  cold={cold_refresh + cold_score:.2f}s "
-                f"(refresh 36 buckets {cold_refresh:.2f}s + score {cold_score:.2f}s)  fill {fill_s:.0f}s  "
-                f"full controller round {full.seconds:.2f}s [{steps}]" + verdict,
-                flush=True,
-            )
-        finally:
-            if not keep:
-                store.execute(f"DROP DATABASE IF EXISTS {store.database}")
-            store.close()
+        seconds = [r.seconds for r in warm]
+        per_phase = ", ".join(f"{k} {median_range([r.timings.get(k, 0.0) for r in warm])}" for k in PHASES)
+        print(
+            f"{label:10s} prefixes={size:>7d} x {cfg.lookback_buckets} buckets scored={len(warm[-1].decisions)}  "
+            f"warm round {median_range(seconds)}s ({per_phase})  cold {median_range(colds)}s "
+            f"= x{statistics.median(colds) / statistics.median(seconds):.1f} warm  peak RSS {rss:.0f} MiB  "
+            f"decide x{(t1 - t0) / (t2 - t1):.2f} of the replaced code ({t1 - t0:.2f}s vs {t2 - t1:.2f}s)  "
+            f"load {loads[0]:.1f}-{loads[1]:.1f}",
+            flush=True,
+        )
+    finally:
+        if not keep:
+            store.execute(f"DROP DATABASE IF EXISTS {store.database}")
+        store.close()
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", default="10000,100000,200000")
+    ap.add_argument("--sizes", default="200000", help="prefixes per run, comma-separated")
+    ap.add_argument("--runs", type=int, default=3, help="warm rounds after the cold one")
+    ap.add_argument("--cold-runs", type=int, default=1, help="cold rounds (the cache emptied before each)")
     ap.add_argument(
         "--clickhouse",
         default="clickhouse://default:@127.0.0.1:19000/{db}?ttl=off",
@@ -136,16 +223,23 @@ def main() -> int:
     )
     ap.add_argument("--chdb", default=None, help="chDB directory (default: a temporary one); 'off' to skip")
     ap.add_argument("--samples", type=int, default=6, help="samples per prefix and bucket")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--fill", choices=("copy", "compute"), default="copy", help="see above [default: copy]")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases")
+    ap.add_argument(
+        "--lock", default="", help="hold flock on this file over the timed rounds only (not the fill) [default: none]"
+    )
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    if args.clickhouse:
-        bench_one(args.clickhouse, "clickhouse", sizes, args.samples, args.repeat, args.keep)
-    if args.chdb != "off":
-        directory = args.chdb or tempfile.mkdtemp(prefix="dyncc-bench-chdb-")
-        url = f"chdb://{directory}?database={{db}}&ttl=off"
-        bench_one(url, "chdb", sizes, args.samples, args.repeat, args.keep)
+    copy = args.fill == "copy"
+    for size in sizes:
+        if args.clickhouse:
+            bench_one(
+                args.clickhouse, "clickhouse", size, args.samples, args.runs, args.cold_runs, copy, args.keep, args.lock
+            )
+        if args.chdb != "off":
+            directory = args.chdb or tempfile.mkdtemp(prefix="dyncc-bench-chdb-")
+            url = f"chdb://{directory}?database={{db}}&ttl=off"
+            bench_one(url, "chdb", size, args.samples, args.runs, args.cold_runs, copy, args.keep, args.lock)
     return 0
 
 

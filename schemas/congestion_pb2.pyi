@@ -28,7 +28,7 @@ class PrefixEntry(_message.Message):
     def __init__(self, prefix: _Optional[str] = ..., algorithm: _Optional[str] = ..., duty_cycle: _Optional[float] = ..., flap_ratio: _Optional[float] = ..., median_delivery_rate: _Optional[float] = ..., median_min_rtt_ms: _Optional[float] = ..., reason: _Optional[str] = ..., lock: _Optional[bool] = ...) -> None: ...
 
 class CongestionConfig(_message.Message):
-    __slots__ = ("schema_version", "pop", "version", "created_at_ns", "round_id", "entries", "kill_switch", "key_id", "target_hosts", "signature")
+    __slots__ = ("schema_version", "pop", "version", "created_at_ns", "round_id", "entries", "kill_switch", "key_id", "target_hosts", "switch_threshold_bytes", "signature")
     SCHEMA_VERSION_FIELD_NUMBER: _ClassVar[int]
     POP_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -38,6 +38,7 @@ class CongestionConfig(_message.Message):
     KILL_SWITCH_FIELD_NUMBER: _ClassVar[int]
     KEY_ID_FIELD_NUMBER: _ClassVar[int]
     TARGET_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    SWITCH_THRESHOLD_BYTES_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     schema_version: int
     pop: str
@@ -48,24 +49,33 @@ class CongestionConfig(_message.Message):
     kill_switch: bool
     key_id: str
     target_hosts: _containers.RepeatedScalarFieldContainer[str]
+    switch_threshold_bytes: int
     signature: bytes
-    def __init__(self, schema_version: _Optional[int] = ..., pop: _Optional[str] = ..., version: _Optional[int] = ..., created_at_ns: _Optional[int] = ..., round_id: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[PrefixEntry, _Mapping]]] = ..., kill_switch: _Optional[bool] = ..., key_id: _Optional[str] = ..., target_hosts: _Optional[_Iterable[str]] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, schema_version: _Optional[int] = ..., pop: _Optional[str] = ..., version: _Optional[int] = ..., created_at_ns: _Optional[int] = ..., round_id: _Optional[str] = ..., entries: _Optional[_Iterable[_Union[PrefixEntry, _Mapping]]] = ..., kill_switch: _Optional[bool] = ..., key_id: _Optional[str] = ..., target_hosts: _Optional[_Iterable[str]] = ..., switch_threshold_bytes: _Optional[int] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class HostHealth(_message.Message):
-    __slots__ = ("mem_available_bytes", "load1", "load5", "tcp_sockets", "available_congestion_controls", "owned_routes")
+    __slots__ = ("mem_available_bytes", "load1", "load5", "tcp_sockets", "available_congestion_controls", "owned_routes", "enforce", "bpf_attached", "bpf_selected", "bpf_switched")
     MEM_AVAILABLE_BYTES_FIELD_NUMBER: _ClassVar[int]
     LOAD1_FIELD_NUMBER: _ClassVar[int]
     LOAD5_FIELD_NUMBER: _ClassVar[int]
     TCP_SOCKETS_FIELD_NUMBER: _ClassVar[int]
     AVAILABLE_CONGESTION_CONTROLS_FIELD_NUMBER: _ClassVar[int]
     OWNED_ROUTES_FIELD_NUMBER: _ClassVar[int]
+    ENFORCE_FIELD_NUMBER: _ClassVar[int]
+    BPF_ATTACHED_FIELD_NUMBER: _ClassVar[int]
+    BPF_SELECTED_FIELD_NUMBER: _ClassVar[int]
+    BPF_SWITCHED_FIELD_NUMBER: _ClassVar[int]
     mem_available_bytes: int
     load1: float
     load5: float
     tcp_sockets: int
     available_congestion_controls: _containers.RepeatedScalarFieldContainer[str]
     owned_routes: int
-    def __init__(self, mem_available_bytes: _Optional[int] = ..., load1: _Optional[float] = ..., load5: _Optional[float] = ..., tcp_sockets: _Optional[int] = ..., available_congestion_controls: _Optional[_Iterable[str]] = ..., owned_routes: _Optional[int] = ...) -> None: ...
+    enforce: str
+    bpf_attached: bool
+    bpf_selected: int
+    bpf_switched: int
+    def __init__(self, mem_available_bytes: _Optional[int] = ..., load1: _Optional[float] = ..., load5: _Optional[float] = ..., tcp_sockets: _Optional[int] = ..., available_congestion_controls: _Optional[_Iterable[str]] = ..., owned_routes: _Optional[int] = ..., enforce: _Optional[str] = ..., bpf_attached: _Optional[bool] = ..., bpf_selected: _Optional[int] = ..., bpf_switched: _Optional[int] = ...) -> None: ...
 
 class ApplyStatus(_message.Message):
     __slots__ = ("host", "pop", "version", "result", "routes_added", "routes_removed", "routes_kept", "errors", "health", "reported_at_ns", "applied_version")

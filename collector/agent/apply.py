@@ -5,6 +5,8 @@ then adds, read every owned route back and compare with the plan.  Any write
 error or read-back difference restores the owned set exactly as it was before
 the apply (from the routes dumped at the start) and reports failure.
 Reconcile is the same operation with the desired set currently in force.
+`Applier` is the interface the agent needs; `--enforce bpf` has its own applier
+(collector/agent/bpf_apply.py) with the same guarantees.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from collector.agent.plan import Plan, Route, Wanted, diff_owned, make_plan, split_table, verify_readback
 from collector.agent.routes import RouteTable, RouteWriteError, ops_for
+from schemas.congestion_pb2 import HostHealth
 
 
 @dataclass
@@ -41,12 +45,39 @@ class ApplyOutcome:
         )
 
 
+class Applier(Protocol):
+    """What the agent needs from an enforcement mode."""
+
+    def apply(self, wanted: Mapping[str, Wanted]) -> ApplyOutcome: ...
+
+    def owned_count(self) -> int: ...
+
+    def in_force(self) -> dict[str, Wanted]: ...
+
+    def describe_health(self, health: HostHealth) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class RouteApplier:
     def __init__(self, table: RouteTable) -> None:
         self.table = table
 
     def owned(self) -> dict[str, Route]:
         return split_table(self.table.dump(owned_only=True), self.table.proto).owned
+
+    def owned_count(self) -> int:
+        return len(self.owned())
+
+    def in_force(self) -> dict[str, Wanted]:
+        """Owned routes with an algorithm, as wanted prefixes."""
+        return {p: Wanted(p, r.algorithm, r.lock) for p, r in self.owned().items() if r.algorithm}
+
+    def describe_health(self, health: HostHealth) -> None:
+        health.enforce = "route"
+
+    def close(self) -> None:
+        self.table.close()
 
     def apply(self, wanted: Mapping[str, Wanted]) -> ApplyOutcome:
         started = time.monotonic()

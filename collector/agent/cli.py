@@ -5,7 +5,9 @@
 
 The Kafka mode reconciles at start, applies each new config for its POP,
 reconciles every --reconcile-every and whenever a covering route changes, and
-reports an ApplyStatus each time.  --from-file --once is the break-glass path:
+reports an ApplyStatus each time.  `--enforce bpf` keeps the same checks and
+reports but writes a sock_ops program's maps instead of routes (docs/enforce.md;
+no route watching then).  --from-file --once is the break-glass path:
 same checks, the status is printed as JSON on stdout; exit 0 when applied or
 unchanged, 1 when refused or rolled back.
 """
@@ -22,6 +24,7 @@ from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag, setup_logging, start_metrics
 
 if TYPE_CHECKING:
+    from collector.agent.bpf_apply import BpfApplier
     from collector.agent.core import Agent
     from schemas.congestion_pb2 import CongestionConfig
 
@@ -64,6 +67,16 @@ def _build_agent(settings: AgentSettings) -> Agent:
         state = AgentState(state_dir, settings.pop).load()
     except StateError as exc:
         raise ConfigError(str(exc)) from exc
+    if settings.enforce == "bpf":
+        return Agent(
+            pop=settings.pop,
+            host=settings.host,
+            netns=settings.netns,
+            public_key=public_key,
+            state=state,
+            applier=_bpf_applier(settings, state_dir),
+            metrics=AgentMetrics(),
+        )
     try:
         table = RouteTable(settings.netns, proto=settings.proto)
     except OSError as exc:
@@ -79,6 +92,28 @@ def _build_agent(settings: AgentSettings) -> Agent:
     )
 
 
+def _bpf_applier(settings: AgentSettings, state_dir: Path) -> BpfApplier:
+    """The eBPF enforcement of `settings` (object built now unless --bpf-object; ConfigError when impossible)."""
+    from collector.agent.bpf_apply import BpfApplier, netns_cookie
+    from collector.agent.bpf_build import BpfBuildError, build_object
+    from collector.agent.bpf_prog import BpfProgram, BpfProgramError, default_cgroup
+
+    cgroup = settings.bpf_cgroup or default_cgroup()
+    if cgroup is None:
+        raise ConfigError("--enforce bpf: no cgroup v2 hierarchy is mounted (give --bpf-cgroup)")
+    try:
+        obj = settings.bpf_object or build_object(state_dir / "bpf")
+        program = BpfProgram(settings.bpf_pin_dir or default_pin_dir(settings.pop), cgroup, obj)
+        cookie = netns_cookie(settings.netns)
+    except (BpfBuildError, BpfProgramError, OSError) as exc:
+        raise ConfigError(f"--enforce bpf: {exc}") from exc
+    return BpfApplier(program, netns_cookie=cookie)
+
+
+def default_pin_dir(pop: str) -> Path:
+    return Path("/sys/fs/bpf/dyncc") / pop
+
+
 def _run_once(settings: AgentSettings) -> int:
     from google.protobuf import json_format
 
@@ -90,7 +125,7 @@ def _run_once(settings: AgentSettings) -> int:
     try:
         status = agent.handle(config)
     finally:
-        agent.table.close()
+        agent.close()
     print(json_format.MessageToJson(status, indent=None, preserving_proto_field_name=True))
     return 0 if status.result in (ApplyStatus.APPLIED, ApplyStatus.UNCHANGED) else 1
 
@@ -105,7 +140,7 @@ def _run_kafka(settings: AgentSettings) -> int:
     metrics = agent.metrics
     start_metrics(settings.metrics_port, metrics.registry)
     stop = StopFlag()
-    watcher = RouteEventWatcher(settings.netns, settings.proto)
+    watcher = RouteEventWatcher(settings.netns, settings.proto) if settings.enforce == "route" else None
     producer = StatusProducer(settings.kafka, settings.status_topic, on_error=lambda _e: metrics.kafka_errors.inc())
     consumer = ConfigConsumer(
         settings.kafka,
@@ -116,17 +151,19 @@ def _run_kafka(settings: AgentSettings) -> int:
         on_malformed=metrics.malformed.inc,
     )
     log.info(
-        "agent for POP %s on %s (netns %s, proto %d): config v%d in force, reconcile every %gs",
+        "agent for POP %s on %s (netns %s, enforce %s, proto %d): config v%d in force, reconcile every %gs",
         settings.pop,
         settings.host,
         settings.netns or "-",
+        settings.enforce,
         settings.proto,
         agent.state.version,
         every,
     )
     try:
         with stop.installed():
-            watcher.start()
+            if watcher is not None:
+                watcher.start()
             producer.send(agent.reconcile("start"))
             next_reconcile = time.monotonic() + every
             while not stop.is_set():
@@ -135,7 +172,7 @@ def _run_kafka(settings: AgentSettings) -> int:
                     producer.send(agent.handle(config))
                 if configs:
                     next_reconcile = time.monotonic() + every
-                if watcher.changed.is_set():
+                if watcher is not None and watcher.changed.is_set():
                     stop.wait(0.2)  # let a burst of route changes settle
                     watcher.changed.clear()
                     metrics.route_events.inc()
@@ -143,14 +180,16 @@ def _run_kafka(settings: AgentSettings) -> int:
                 if time.monotonic() >= next_reconcile:
                     producer.send(agent.reconcile("periodic"))
                     next_reconcile = time.monotonic() + every
-        log.info("stopping (%s): owned routes stay in place", stop.signal_name or "stop")
+        kept = "owned routes stay" if settings.enforce == "route" else "the attached program and its maps stay"
+        log.info("stopping (%s): %s in place", stop.signal_name or "stop", kept)
     finally:
-        watcher.stop()
+        if watcher is not None:
+            watcher.stop()
         consumer.close()
         left = producer.flush(10)
         if left:
             log.warning("%d status messages not delivered at shutdown", left)
-        agent.table.close()
+        agent.close()
     return 0
 
 

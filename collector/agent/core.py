@@ -1,10 +1,12 @@
-"""The edge agent's decisions wired to its route I/O (no Kafka here).
+"""The edge agent's decisions wired to its enforcement I/O (no Kafka here).
 
 `Agent.handle(config)` verifies a CongestionConfig (signature, POP, version,
-entries), applies it all-or-nothing, persists it, and returns the ApplyStatus
-to report.  `Agent.reconcile(reason)` re-applies the config in force so owned
-routes follow their covering routes and stale ones go.  Both log one line and
-update the per-instance Prometheus registry.
+entries), applies it all-or-nothing (as routes, or with `applier=` another
+enforcement mode such as collector/agent/bpf_apply.py), persists it, and
+returns the ApplyStatus to report.  `Agent.reconcile(reason)` re-applies the
+config in force so owned routes follow their covering routes and stale ones go
+(in the bpf mode: the maps equal the config and the program is attached).
+Both log one line and update the per-instance Prometheus registry.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from collector.agent.apply import ApplyOutcome, RouteApplier
+from collector.agent.apply import Applier, ApplyOutcome, RouteApplier
 from collector.agent.health import available_congestion_controls, read_health
 from collector.agent.plan import ACCEPT, IGNORE, REFUSE, InvalidConfig, Verdict, Wanted, check_config, parse_wanted
 from collector.agent.routes import RouteTable
@@ -50,6 +52,13 @@ class AgentMetrics:
         self.route_events = Counter("dyncc_agent_route_events", "covering route changes seen", registry=r)
         self.kafka_errors = Counter("dyncc_agent_kafka_errors", "Kafka consume/produce errors", registry=r)
         self.malformed = Counter("dyncc_agent_malformed_configs", "undecodable config messages", registry=r)
+        self.bpf_attached = Gauge("dyncc_agent_bpf_attached", "enforce bpf: 1 when the program is attached", registry=r)
+        self.bpf_connections = Gauge(
+            "dyncc_agent_bpf_connections",
+            "enforce bpf: connections to selected prefixes (selected) and of those switched, since the program loaded",
+            ["event"],
+            registry=r,
+        )
 
 
 class Agent:
@@ -61,21 +70,33 @@ class Agent:
         netns: str | None,
         public_key: Ed25519PublicKey,
         state: AgentState,
-        table: RouteTable,
+        table: RouteTable | None = None,
         metrics: AgentMetrics | None = None,
+        applier: Applier | None = None,
     ) -> None:
         self.pop = pop
         self.host = host
         self.netns = netns
         self.public_key = public_key
         self.state = state
-        self.table = table
-        self.applier = RouteApplier(table)
+        self._table = table
+        if applier is None:
+            if table is None:
+                raise ValueError("Agent needs a route table or an applier")
+            applier = RouteApplier(table)
+        self.applier: Applier = applier
         self.metrics = metrics or AgentMetrics()
         self.wanted: dict[str, Wanted] | None = None
         self.metrics.applied_version.set(state.version)
         if state.config is not None:
             self.wanted = self._stored_wanted(state.config)
+
+    @property
+    def table(self) -> RouteTable:
+        """The route table of the route mode (RuntimeError in another mode)."""
+        if self._table is None:
+            raise RuntimeError("this agent enforces without routes: it has no route table")
+        return self._table
 
     def _stored_wanted(self, config: CongestionConfig) -> dict[str, Wanted] | None:
         """The persisted config's prefixes, if it still verifies (else: follow owned routes only)."""
@@ -89,7 +110,7 @@ class Agent:
     # ----------------------------------------------------------------- status
 
     def status(self, version: int, result: int, outcome: ApplyOutcome | None, errors: list[str]) -> ApplyStatus:
-        owned = outcome.owned if outcome is not None else len(self.applier.owned())
+        owned = outcome.owned if outcome is not None else self.applier.owned_count()
         status = ApplyStatus(
             host=self.host,
             pop=self.pop,
@@ -99,6 +120,11 @@ class Agent:
             reported_at_ns=time.time_ns(),
             applied_version=self.state.version,
         )
+        self.applier.describe_health(status.health)
+        if status.health.enforce == "bpf":
+            self.metrics.bpf_attached.set(int(status.health.bpf_attached))
+            self.metrics.bpf_connections.labels("selected").set(status.health.bpf_selected)
+            self.metrics.bpf_connections.labels("switched").set(status.health.bpf_switched)
         if outcome is not None:
             status.routes_added = outcome.added + outcome.replaced
             status.routes_removed = outcome.removed
@@ -193,7 +219,11 @@ class Agent:
 
     def _follow_owned(self) -> Mapping[str, Wanted]:
         """No config known: keep the owned routes (with an algorithm) and let them follow nexthops."""
-        return {p: Wanted(p, r.algorithm, r.lock) for p, r in self.applier.owned().items() if r.algorithm}
+        return self.applier.in_force()
+
+    def close(self) -> None:
+        """Release the applier's handles (enforcement stays in place)."""
+        self.applier.close()
 
     def reconcile(self, trigger: str) -> ApplyStatus:
         wanted = self.wanted if self.wanted is not None else self._follow_owned()

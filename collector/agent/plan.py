@@ -82,6 +82,7 @@ class Wanted:
     prefix: str
     algorithm: str
     lock: bool
+    threshold: int = 0  # the config's switch_threshold_bytes (enforce bpf only; 0 = default)
 
 
 @dataclass
@@ -187,7 +188,7 @@ def parse_wanted(config: CongestionConfig, available_algorithms: Iterable[str] |
                 f"algorithm {entry.algorithm!r} for {entry.prefix} is not available on this host "
                 f"(available: {' '.join(sorted(available)) or 'none'})"
             )
-        wanted[entry.prefix] = Wanted(entry.prefix, entry.algorithm, entry.lock)
+        wanted[entry.prefix] = Wanted(entry.prefix, entry.algorithm, entry.lock, config.switch_threshold_bytes)
     return wanted
 
 

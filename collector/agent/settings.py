@@ -28,10 +28,12 @@ from dyncc_common.settings import (
     setting,
 )
 
-__all__ = ["RESERVED_PROTOS", "AgentSettings"]
+__all__ = ["ENFORCE_MODES", "RESERVED_PROTOS", "AgentSettings"]
 
 RESERVED_PROTOS = {0: "unspec", 1: "redirect", 2: "kernel", 3: "boot", 4: "static"}
 SOURCE = "config source (one of)"
+BPF = "enforcement"
+ENFORCE_MODES = ("route", "bpf")
 
 
 def _route_proto(value: int, what: str) -> int:
@@ -54,7 +56,7 @@ def _not_blank(value: str, what: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class AgentSettings(Settings):
-    """Apply signed per-prefix congestion configs as routes on an edge host."""
+    """Apply signed per-prefix congestion configs on an edge host (routes, or a sock_ops program)."""
 
     COMPONENT: ClassVar[str] = "agent"
 
@@ -77,6 +79,23 @@ class AgentSettings(Settings):
     proto: int = setting(250, INT, "routing protocol number tagging owned routes", validator=_route_proto)
     state_dir: Path | None = setting(None, PATH, "applied version and config", default_text="/var/lib/dyncc/agent-POP")
     metrics_port: int = setting(0, INT, "Prometheus port (0 = off)", validator=in_range(0, 65535))
+    enforce: str = setting(
+        "route", STR, "route: per-prefix routes with congctl; bpf: a sock_ops program switches each connection "
+        "to a selected prefix once it passes the config's threshold (docs/enforce.md)",
+        choices=ENFORCE_MODES, section=BPF,
+    )  # fmt: skip
+    bpf_cgroup: Path | None = setting(
+        None, PATH, "cgroup v2 directory the program is attached to (the web server's sockets)",
+        default_text="the cgroup v2 root", section=BPF, metavar="DIR",
+    )  # fmt: skip
+    bpf_pin_dir: Path | None = setting(
+        None, PATH, "bpffs directory of the pinned program and maps", default_text="/sys/fs/bpf/dyncc/POP",
+        section=BPF, metavar="DIR",
+    )  # fmt: skip
+    bpf_object: Path | None = setting(
+        None, PATH, "compiled program (make bpf)", default_text="built with clang into the state directory",
+        section=BPF, metavar="FILE",
+    )  # fmt: skip
     verbose: bool = reuse(VERBOSE)
     config: str | None = reuse(CONFIG_FILE)
 
@@ -91,6 +110,8 @@ class AgentSettings(Settings):
         if self.kafka:
             check_topic(self.config_topic, "--config-topic")
             check_topic(self.status_topic, "--status-topic")
+        if self.enforce != "bpf" and (self.bpf_cgroup or self.bpf_pin_dir or self.bpf_object):
+            raise ConfigError("--bpf-cgroup, --bpf-pin-dir and --bpf-object go with --enforce bpf")
         if self.host is None:
             import socket
 
@@ -104,3 +125,7 @@ class AgentSettings(Settings):
             raise ConfigError(f"bad --state-dir {self.state_dir}: not a directory")
         if self.netns and not os.path.exists(f"/run/netns/{self.netns}"):
             raise ConfigError(f"network namespace {self.netns!r} does not exist")
+        if self.bpf_cgroup is not None and not (self.bpf_cgroup / "cgroup.procs").exists():
+            raise ConfigError(f"bad --bpf-cgroup {self.bpf_cgroup}: not a cgroup v2 directory")
+        if self.bpf_object is not None and not self.bpf_object.is_file():
+            raise ConfigError(f"bad --bpf-object {self.bpf_object}: no such file (make bpf builds it)")

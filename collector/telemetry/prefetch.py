@@ -49,11 +49,10 @@ if TYPE_CHECKING:
     from collector.netlink.sockdiag_parse import ErrorCounts, Parsed
 
 FAMILIES = (socket.AF_INET, socket.AF_INET6)
-#: The ring: 12 slots of 2 MiB.  100k sockets are ~48 MB of replies, so the helper reuses
-#: each slot about twice; with 8 slots of 8 MiB every byte landed on a fresh shared page,
-#: and those page faults made the helper's dump ~50 ms slower (230 vs 175 ms for 100k
-#: sockets on the development VM), with the dump the critical path of a one-shot run.
-#: 24 MiB still holds what arrives while the parent imports numpy (~80 ms at ~280 MB/s).
+#: The ring: 12 slots of 2 MiB, each reused a few times per 100k-socket dump: fewer, larger
+#: slots put every byte on a fresh shared page and slowed the helper's dump, the critical path
+#: of a one-shot run; 24 MiB still holds what arrives while the parent imports numpy
+#: (figures: docs/performance.md, Start-up).
 DEFAULT_CHUNK_BYTES = 2 * 1024 * 1024
 DEFAULT_SLOTS = 12
 #: Bytes past a slot's chunk: one more datagram plus room for the parser's zero padding.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import time
 from pathlib import Path
 
 from controller.ingest.settings import IngestSettings
@@ -35,9 +36,10 @@ def run(settings: IngestSettings) -> int:
 
     # A flush cycles several times --max-bytes of buffers (messages, columns, the Native packet,
     # the next group): keep them resident and reuse them instead of page-faulting them anew.
-    keep_freed_memory(prefault=4 * settings.max_bytes)
+    # Touching one group's worth up front is enough for the first flushes (docs/performance.md).
+    keep_freed_memory(prefault=settings.max_bytes)
     # A flush allocates thousands of small objects; with the default thresholds the cyclic GC
-    # walked the whole heap often enough to take ~6% of the loader's CPU.  The loader makes no
+    # walked the whole heap often (docs/performance.md).  The loader makes no
     # long-lived cycles, so collect much less often.  (gc.freeze() would help more, but chDB
     # crashed at interpreter exit with frozen objects.)
     gc.set_threshold(50_000, 20, 20)
@@ -61,8 +63,16 @@ def run(settings: IngestSettings) -> int:
                 from controller.ingest.files import replay_file
 
                 for path in files:
+                    t0 = time.monotonic()
                     total = replay_file(writer, path, max_bytes=settings.max_bytes)
-                    log.info("replayed %s: %s", path, total.summary())
+                    took = time.monotonic() - t0
+                    log.info(
+                        "replayed %s: %s; %.2f s, %.0f rows/s",
+                        path,
+                        total.summary(),
+                        took,
+                        total.rows / max(took, 1e-9),
+                    )
                 return 0
             from controller.ingest.kafka import KafkaLoader
 

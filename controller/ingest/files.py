@@ -8,6 +8,13 @@ file as topic, partition -1 and the record's byte offset.  Records the
 writer refuses (undecodable, headers over their limits, data the store
 refuses) are dead-lettered the same way and every other record still lands;
 only a store that is unavailable stops a replay (StoreError).
+
+The file is read as it is loaded (at most about two groups of records in
+memory, whatever its size), and the next group is decoded and prepared while
+the previous one is inserted on a worker thread (BatchWriter.prepare with the
+in-flight group pending, then insert and settle in order, as the Kafka loader
+does).  A group whose insert fails is flushed again on its own (content errors
+are isolated there) and the group prepared behind it is prepared again.
 """
 
 from __future__ import annotations
@@ -15,9 +22,12 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
-from controller.ingest.writer import BatchWriter, FlushResult, Incoming
+from controller.ingest.writer import BatchWriter, FlushResult, Incoming, PreparedFlush
+from controller.store import StoreContentError
 
 log = logging.getLogger("dyncc.ingest")
 
@@ -26,7 +36,7 @@ _LEN = struct.Struct(">I")
 
 
 def iter_records(data: bytes, source: str) -> Iterator[Incoming]:
-    """Records of one file; a damaged tail comes out as one record of the remaining bytes."""
+    """Records of one file's bytes; a damaged tail comes out as one record of the remaining bytes."""
     pos = 0
     n = len(data)
     view = memoryview(data)
@@ -39,26 +49,74 @@ def iter_records(data: bytes, source: str) -> Iterator[Incoming]:
         pos += 4 + length
 
 
-def replay_file(writer: BatchWriter, path: Path, max_bytes: int = 32 << 20) -> FlushResult:
-    """Load every record of `path` (groups of about max_bytes); returns the totals."""
-    total = FlushResult()
+def read_records(f: BinaryIO, source: str) -> Iterator[Incoming]:
+    """The records of an open file, read one at a time (same records and offsets as iter_records)."""
+    pos = 0
+    while True:
+        head = f.read(4)
+        if not head:
+            return
+        length = _LEN.unpack(head)[0] if len(head) == 4 else -1
+        body = f.read(length) if 0 <= length <= MAX_RECORD else b""
+        if length < 0 or length > MAX_RECORD or len(body) < length:
+            yield Incoming(head + body + f.read(), source, -1, pos)
+            return
+        yield Incoming(body, source, -1, pos)
+        pos += 4 + length
+
+
+def iter_groups(f: BinaryIO, source: str, max_bytes: int) -> Iterator[list[Incoming]]:
+    """Consecutive records of `f` in groups of about max_bytes of message bytes."""
     group: list[Incoming] = []
     size = 0
-    data = path.read_bytes()
-
-    def flush() -> None:
-        nonlocal size
-        res = writer.flush(group)
-        log.info("%s: %s", path, res.summary())
-        total.add(res)
-        group.clear()
-        size = 0
-
-    for record in iter_records(data, str(path)):
+    for record in read_records(f, source):
         group.append(record)
         size += len(record.value)
         if size >= max_bytes:
-            flush()
+            yield group
+            group, size = [], 0
     if group:
-        flush()
+        yield group
+
+
+def replay_file(writer: BatchWriter, path: Path, max_bytes: int = 32 << 20) -> FlushResult:
+    """Load every record of `path` (groups of about max_bytes); returns the totals."""
+    total = FlushResult()
+    inflight: tuple[list[Incoming], PreparedFlush, Future[FlushResult]] | None = None
+
+    def finish() -> bool:
+        """Settle the in-flight group; False when it had to be flushed again (content error)."""
+        nonlocal inflight
+        assert inflight is not None
+        items, prep, future = inflight
+        inflight = None
+        try:
+            future.result()
+            res, clean = writer.settle(prep), True
+        except StoreContentError:  # a refusal outside the rows: flush() isolates it
+            res, clean = writer.flush(items), False
+        log.info("%s: %s", path, res.summary())
+        total.add(res)
+        return clean
+
+    with path.open("rb") as f, ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-insert") as pool:
+        try:
+            for group in iter_groups(f, str(path), max_bytes):
+                try:
+                    prep = writer.prepare(group, [inflight[1]] if inflight else [])
+                except StoreContentError:
+                    prep = None
+                if inflight is not None and not finish():
+                    prep = None  # prepared against a group that did not land as planned
+                if prep is None:
+                    res = writer.flush(group)
+                    log.info("%s: %s", path, res.summary())
+                    total.add(res)
+                    continue
+                inflight = (group, prep, pool.submit(writer.insert, prep))
+            if inflight is not None:
+                finish()
+        finally:
+            if inflight is not None:  # an error above: let the running insert end before leaving
+                inflight[2].exception()
     return total

@@ -107,13 +107,15 @@ def consumer_settings(cfg: KafkaConfig, kafka_log: KafkaLog | None = None) -> di
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         # librdkafka's default 1000 ms backoff when its fetch queue is full stalls
-        # the loader about a second at a time; 10 ms gave 2-3x the rate here.
+        # the loader about a second at a time (docs/performance.md).
         "fetch.queue.backoff.ms": 10,
-        # Fetch in large chunks and keep a deep prefetch queue: with the defaults (1 MB per
-        # partition per fetch) the loader sat in consume() waiting for the broker ~40% of a run.
+        # Fetch in large chunks (with the defaults, 1 MB per partition per fetch, the loader
+        # waited for the broker much of a run) and keep a prefetch queue of about one group's
+        # messages: it fills whenever the loader is behind, so its size is resident memory
+        # (docs/performance.md).
         "max.partition.fetch.bytes": 16 << 20,
         "fetch.max.bytes": 64 << 20,
-        "queued.max.messages.kbytes": 256 << 10,
+        "queued.max.messages.kbytes": 64 << 10,
         "max.poll.interval.ms": 300_000,
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 1_000,

@@ -331,6 +331,9 @@ class BatchWriter:
                 self._isolate(prep, exc)
         if prep.fills:  # after the rows: a fill says the batch is in the ledger
             self._insert_fills(prep.fills)
+        # the rows landed: free their columns now, not when the flush is settled (in order)
+        prep.columns = None
+        prep.block = None
         result.filled = sum(1 for f in prep.fills if _fill_identity(f) in prep.identities)
         result.insert_seconds = time.monotonic() - t_insert
         return result

@@ -4,16 +4,25 @@ Configs arrive either from the publisher's directory (`<pop>.cfg`, what
 `dyncc agent --from-file` reads) or from the config topic through the agent's
 own Kafka consumer; each ApplyStatus goes into the store's apply_status table
 directly (embedded mode) or onto the status topic (Kafka mode), where the
-controller reads it like any agent's report.
+controller reads it like any agent's report.  With `enforce="bpf"` the agent
+writes the sock_ops program's maps instead of routes (docs/enforce.md): the
+program is attached to the cgroup v2 root, its entries carry the edge
+namespace's cookie so each edge's program only touches that edge's
+connections, and `close()` detaches it and removes its pins.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
+from collector.agent.apply import Applier
+from collector.agent.bpf_apply import BpfApplier, netns_cookie
+from collector.agent.bpf_build import build_object
+from collector.agent.bpf_prog import BpfProgram, default_cgroup
 from collector.agent.core import Agent, AgentMetrics
 from collector.agent.kafka import ConfigConsumer, StatusProducer
 from collector.agent.routes import RouteTable
@@ -40,17 +49,21 @@ class LabAgent:
         kafka: str | None = None,
         config_topic: str = "",
         status_topic: str = "",
+        enforce: str = "route",
     ) -> None:
         self.store = store
         self.pop = pop
         self.host = host
+        self.enforce = enforce
+        table = RouteTable(edge_ns, proto=LAB_PROTO) if enforce == "route" else None
         self.agent = Agent(
             pop=pop,
             host=host,
             netns=edge_ns,
             public_key=load_public_key(public_key),
             state=AgentState(state_dir, pop).load(),
-            table=RouteTable(edge_ns, proto=LAB_PROTO),
+            table=table,
+            applier=None if table is not None else lab_bpf_applier(edge_ns, host, state_dir),
             metrics=AgentMetrics(),
         )
         self.seen_files: dict[Path, int] = {}
@@ -104,12 +117,29 @@ class LabAgent:
         return out
 
     def routes(self) -> dict[str, str]:
-        """Owned routes on the edge: prefix -> congestion control."""
-        return {p: r.algorithm for p, r in self.agent.applier.owned().items()}
+        """Enforced prefixes on the edge (owned routes, or the program's map): prefix -> congestion control."""
+        return {p: w.algorithm for p, w in self.agent.applier.in_force().items()}
 
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
         if self._producer is not None:
             self._producer.flush(5)
-        self.agent.table.close()
+        if self.enforce == "bpf":  # the program is the lab's: it goes with the lab
+            self.agent.applier.apply({})
+        self.agent.close()
+
+
+def lab_bpf_applier(edge_ns: str, host: str, state_dir: Path) -> Applier:
+    """The eBPF enforcement of one lab edge: pins in /sys/fs/bpf/dyncc/lab-<host>-<run>, cgroup v2 root.
+
+    <run> is a hash of the agent's state directory (a new temporary directory per lab run), so two
+    labs never share pins.
+    """
+    cgroup = default_cgroup()
+    if cgroup is None:
+        raise RuntimeError("--enforce bpf needs a cgroup v2 hierarchy")
+    run = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:8]
+    pins = Path("/sys/fs/bpf/dyncc") / f"lab-{host}-{run}"
+    program = BpfProgram(pins, cgroup, build_object(state_dir / "bpf"))
+    return BpfApplier(program, netns_cookie=netns_cookie(edge_ns))

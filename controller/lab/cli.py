@@ -101,6 +101,7 @@ def options_from_settings(settings: LabSettings) -> LabOptions:
         ),
         think_time=settings.think_time,
         kafka=settings.kafka,
+        enforce=settings.enforce,
         record=settings.record,
         **extra,
     )

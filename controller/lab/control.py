@@ -217,6 +217,7 @@ def make_control_factory(workdir: Path) -> Callable[[Store, Topology, LabOptions
                 kafka=opts.kafka,
                 config_topic=config_topic,
                 status_topic=status_topic,
+                enforce=opts.enforce,
             )
             for e in topo.edges
         ]

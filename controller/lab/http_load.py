@@ -359,13 +359,21 @@ class HttpLoad:
     log_dir: Path | None = None
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, ns: str, clients: Sequence[VirtualClient], seed: int = 0, name: str | None = None) -> None:
+    def start(
+        self,
+        ns: str,
+        clients: Sequence[VirtualClient],
+        seed: int = 0,
+        name: str | None = None,
+        cfg: LoadConfig | None = None,
+    ) -> None:
+        """One load process in `ns` for `clients` (`cfg`: this process's config, default the load's)."""
         name = name or ns
         if name in self.procs:
             raise ValueError(f"load {name!r} already started")
         if not clients:
             raise ValueError(f"load {name!r} has no clients")
-        c = self.cfg
+        c = cfg or self.cfg
         args = [
             *("--name", name, "--seed", str(seed), "--port", str(c.port), "--think", str(c.think)),
             *("--keepalive", str(c.keepalive), "--max-active", str(c.max_active)),

@@ -8,8 +8,8 @@
 - web: nginx on every edge host serving the object catalogue, access log in the `dyncc` format
   (controller/lab/web.py);
 - clients: one HTTP load process per client namespace, one virtual client per prefix (three for an
-  alternating prefix, CLIENTS_PER_PREFIX), each asking its POP's edge hosts
-  (controller/lab/http_load.py);
+  alternating prefix, one request per connection: CLIENTS_PER_PREFIX, KEEPALIVE_BY_CLASS), each
+  asking its POP's edge hosts (controller/lab/http_load.py);
 - access logs: each edge host's new lines are loaded into http_requests every round
   (controller.ingest.access_loader), and copied beside a recording at the end.
 Nothing here outlives the lab: stop() ends every process it started (the namespaces' deletion
@@ -38,11 +38,15 @@ from controller.store import Store
 
 log = logging.getLogger("dyncc.lab")
 
-# Virtual clients per prefix, by path class (1 if not listed).  An alternating prefix must be
-# measured in every round, its fast ones included: with one client it finished about one transfer
-# above the qualifying size per round, so many rounds went uncounted or were measured only by the
-# idle keep-alive connection of the round before (docs/lab.md, "Alternating prefixes").
+# Virtual clients per prefix, by path class (1 if not listed), and requests per connection.  An
+# alternating prefix must be measured in every round by flows of that round: with one client it
+# finished about one transfer above the qualifying size per round, so many rounds went uncounted;
+# and an idle keep-alive connection goes on reporting the delivery rate of its last transfer, so
+# a fast round was measured by connections left idle from the slow round before (docs/lab.md,
+# "Alternating prefixes").
 CLIENTS_PER_PREFIX = {"alternating": 3}
+KEEPALIVE = 2
+KEEPALIVE_BY_CLASS = {"alternating": 1}
 
 
 def class_network_of(p: ClientPrefix) -> ipaddress.IPv6Network:
@@ -61,7 +65,9 @@ class LabServices:
         self.store = store
         self.think_time = think_time
         self.webs: dict[str, EdgeWeb] = {}
-        self.load = HttpLoad(LoadConfig(think=think_time, port=topo.port, keepalive=2), log_dir=workdir / "http-load")
+        self.load = HttpLoad(
+            LoadConfig(think=think_time, port=topo.port, keepalive=KEEPALIVE), log_dir=workdir / "http-load"
+        )
         self.relay: DelayRelay | None = None
         self.loaders: dict[str, AccessLogLoader] = {}
         self._alt_state: dict[str, bool] = {}
@@ -132,7 +138,9 @@ class LabServices:
                 for p in c.prefixes
                 for _ in range(per_prefix)
             ]
-            self.load.start(c.ns, clients, seed=i + 1, name=c.link.router_if)
+            keepalive = KEEPALIVE_BY_CLASS.get(c.klass, KEEPALIVE)
+            cfg = dataclasses.replace(self.load.cfg, keepalive=keepalive)
+            self.load.start(c.ns, clients, seed=i + 1, name=c.link.router_if, cfg=cfg)
 
     def stop_clients(self) -> None:
         with contextlib.suppress(Exception):

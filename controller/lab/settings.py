@@ -10,6 +10,7 @@ import dataclasses
 from pathlib import Path
 from typing import ClassVar
 
+from collector.agent.settings import ENFORCE_MODES
 from dyncc_common.errors import ConfigError
 from dyncc_common.settings import BOOL, CONFIG_FILE, DURATION, FLOAT, INT, PATH, STR, VERBOSE, Settings, reuse, setting
 
@@ -60,6 +61,10 @@ class LabSettings(Settings):
     kafka: str | None = setting(
         None, STR, "route telemetry and configs through this Kafka (collector sinks -> ingest; publisher -> agents)",
         metavar="BROKERS",
+    )  # fmt: skip
+    enforce: str = setting(
+        "route", STR, "how the edge agents enforce configs: route or bpf (a sock_ops program switching flows "
+        "above the config's threshold, docs/enforce.md)", choices=ENFORCE_MODES,
     )  # fmt: skip
     record: Path | None = setting(
         None, PATH, "also record the telemetry (gzip, length-delimited TcpInfoBatch) and the access logs for "

@@ -80,6 +80,7 @@ class ReportData:
     treated_split: pd.DataFrame = field(default_factory=_empty)  # per (time, grp, phase): before / after t0
     goodput: pd.DataFrame = field(default_factory=_empty)  # per (time, pop): p10, p50
     bbr_share: pd.DataFrame = field(default_factory=_empty)
+    cc_split: pd.DataFrame = field(default_factory=_empty)  # treated prefixes: rate by cc and size class
     isp: IspData = field(default_factory=lambda: IspData(enabled=False))
     bucket_seconds: int = 300
     goodput_source: str = GOODPUT_HTTP  # GOODPUT_HTTP or GOODPUT_BUSY (the fallback)
@@ -227,6 +228,7 @@ def load(
         bucket_seconds=bucket,
     )
     data.effect_delivery = _q(store, "report_effect_delivery", params, source=source, groups=GROUPS)
+    data.cc_split = _q(store, "report_cc_split", params, groups=GROUPS)
     load_goodput(store, params, data)
     data.reverted = _q(store, "report_reverted", {**params, "limit": REVERTED_LIMIT}, reverted=REVERTED)
     rows = store.query_rows(compose("report_reverted_count", reverted=REVERTED), params)

@@ -396,6 +396,28 @@ def _bbr_share_section(data: report_data.ReportData) -> Section:
         if w
         else None
     )
+    tables, notes = [], []
+    if w is not None and not data.cc_split.empty:
+        rows = [
+            [
+                r["pop"],
+                r["cc"] or "–",
+                "> 100 KB" if r["size_class"] == "above" else "≤ 100 KB",
+                f"{int(r['samples']):,}",
+                f"{int(r['prefixes']):,}",
+                *(_fmt_rate(float(r[c])) for c in ("p10", "p50", "p90")),
+            ]
+            for _, r in data.cc_split.iterrows()
+        ]
+        header = ["POP", "congestion control", "flow size", "samples", "prefixes", "p10", "p50", "p90"]
+        tables.append("<h3>Treated prefixes: delivery rate by congestion control</h3>" + table(header, rows))
+        notes.append(
+            "Socket polls of treated prefixes after they entered their group, by the congestion control "
+            "the collector read and by bytes acknowledged so far. With `dyncc agent --enforce bpf` "
+            "connections start on cubic and switch to bbr past the config's threshold (100 KB by default): "
+            "cubic rows above 100 KB are polls taken before the switch or flows the program did not switch; "
+            "with route enforcement every connection of a treated prefix is on bbr."
+        )
     return Section(
         "bbrshare",
         "Share of sockets on BBR",
@@ -403,6 +425,8 @@ def _bbr_share_section(data: report_data.ReportData) -> Section:
         "config version reaches the edges and new connections from selected prefixes use BBR.",
         svg,
         "No raw socket samples (tcpinfo) in the report window.",
+        tables=tables,
+        notes=notes,
     )
 
 

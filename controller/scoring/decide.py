@@ -39,7 +39,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from controller.scoring.query import SCORE_COLUMNS, normalize_scores
+from controller.scoring.frames import by_pop_prefix, columns_of, frame, pop_bounds, sorting, texts
+from controller.scoring.query import SCORE_COLUMNS
 from controller.scoring.settings import ScoringConfig
 from schemas.addresses import prefix_family
 
@@ -115,70 +116,49 @@ def decide(
     """Decisions for every scored or stateful prefix; see the module docstring.
 
     `scores`: columns of controller.scoring.query.SCORE_COLUMNS; `previous`:
-    STATE_COLUMNS (the previous round's rows).  Returns one row per (pop, prefix)
-    with the score columns, decision, algorithm, reason, holdout and the new state.
+    STATE_COLUMNS (the previous round's rows), one row per (pop, prefix) each.
+    Returns one row per (pop, prefix), sorted by pop then prefix, with the score
+    columns, decision, algorithm, reason, holdout and the new state.  Numpy on
+    columns: no per-row pandas work (the frames are only unpacked and packed).
     """
-    import pandas as pd
-
-    scores = normalize_scores(scores)
-    prev = previous.loc[:, list(STATE_COLUMNS)].copy() if len(previous) else empty_state()
-    prev = prev.rename(columns={"decision": "prev_decision"})
-    df = scores.merge(prev, on=["pop", "prefix"], how="outer", indicator=True)
-    df = df.sort_values(["pop", "prefix"], kind="stable").reset_index(drop=True)
-    scored = (df["_merge"] != "right_only").to_numpy()
-    df = df.drop(columns="_merge")
-    for name, dtype in SCORE_COLUMNS.items():
-        if name in ("pop", "prefix"):
-            continue
-        fill = 0 if dtype == "int64" else math.nan
-        df[name] = df[name].fillna(fill).astype(np.dtype(dtype))
-    if not scored.all():  # rows carried from the state without data: their prefix's family, not 0
-        df.loc[~scored, "family"] = np.array([prefix_family(str(p)) for p in df.loc[~scored, "prefix"]], "int64")
-    df["prev_decision"] = df["prev_decision"].fillna("").astype(object)
-    for name in ("selected_since", "holdout_since", "cooldown_until", "last_seen"):
-        df[name] = df[name].fillna(0).astype("int64")
-    df["baseline_low_rate"] = df["baseline_low_rate"].astype("float64")
-
-    n = len(df)
-    prev_dec = df["prev_decision"].to_numpy()
-    counted = df["counted_buckets"].to_numpy()
-    duty = df["duty_cycle"].to_numpy()
-    flap = df["flap_ratio"].to_numpy()
-    rtt = df["median_min_rtt_ms"].to_numpy()
-    low = df["low_delivery_rate"].to_numpy()
-    baseline = df["baseline_low_rate"].to_numpy()
-    selected_since = df["selected_since"].to_numpy().copy()
-    holdout_since = df["holdout_since"].to_numpy().copy()
-    cooldown_until = df["cooldown_until"].to_numpy().copy()
-    last_seen = df["last_seen"].to_numpy().copy()
-    seen = scored & (df["samples"].to_numpy() > 0)
+    n, cols, scored = joined_columns(scores, previous)
+    prev_dec = cols["prev_decision"]
+    counted = cols["counted_buckets"]
+    duty = cols["duty_cycle"]
+    flap = cols["flap_ratio"]
+    rtt = cols["median_min_rtt_ms"]
+    low = cols["low_delivery_rate"]
+    baseline = cols["baseline_low_rate"]
+    selected_since = cols["selected_since"].copy()
+    holdout_since = cols["holdout_since"].copy()
+    cooldown_until = cols["cooldown_until"].copy()
+    last_seen = cols["last_seen"].copy()
+    seen = scored & (cols["samples"] > 0)
     last_seen[seen] = now
 
-    was_bbr = np.isin(prev_dec, ON_BBR)
+    was_bbr = (prev_dec == SELECT) | (prev_dec == KEEP)
     was_holdout = prev_dec == HOLDOUT
     in_cooldown = cooldown_until > now
     eligible = scored & (counted >= cfg.min_buckets)
     measurable = eligible & np.isfinite(low) & (low > 0)
-    low_rtt = eligible & (df["low_rtt_buckets"].to_numpy() * 2 > counted)  # median min_rtt below
+    low_rtt = eligible & (cols["low_rtt_buckets"] * 2 > counted)  # median min_rtt below
     candidate = eligible & ~low_rtt & (duty >= cfg.min_duty) & (flap <= cfg.max_flap)
-    pops = df["pop"].to_numpy()
-    prefixes = df["prefix"].to_numpy()
+    pops = cols["pop"]
+    prefixes = cols["prefix"]
+    bounds = pop_bounds(pops)
     denied = np.full(n, "", dtype=object)
     if refuse is not None:
-        for j in np.flatnonzero(candidate | was_bbr | was_holdout):
+        for j in np.flatnonzero(candidate | was_bbr | was_holdout).tolist():
             denied[j] = refuse(str(prefixes[j])) or ""
     refused = denied != ""
     candidate &= ~refused
     hashed = np.zeros(n, dtype=bool)
-    for j in np.flatnonzero((candidate | was_holdout) & ~was_bbr):
+    for j in np.flatnonzero((candidate | was_holdout) & ~was_bbr).tolist():
         hashed[j] = holdout_hash(pops[j], prefixes[j], cfg.holdout_salt) < cfg.holdout_fraction
     expired = (~seen) & (last_seen > 0) & (now - last_seen >= expire_seconds)
 
     with np.errstate(divide="ignore", invalid="ignore"):
         effect = np.where(measurable & (baseline > 0), low / baseline, math.nan)
-
-    decision = np.full(n, SKIP, dtype=object)
-    reason = np.full(n, "", dtype=object)
 
     # Holdouts: candidates in the hash group, and earlier holdouts that are still seen.
     holdout = hashed & ~was_bbr & ~in_cooldown & ~refused & (candidate | (was_holdout & ~expired))
@@ -191,15 +171,15 @@ def decide(
     # The holdout group's change, per POP, over holdouts held at least min_hold.
     mature_holdout = holdout & ~new_holdout & (now - holdout_since >= cfg.min_hold_seconds) & np.isfinite(effect)
     holdout_change = np.full(n, math.nan)
-    for pop in np.unique(pops):
-        in_pop = pops == pop
-        values = effect[in_pop & mature_holdout]
-        holdout_change[in_pop] = float(np.median(values)) if len(values) else math.nan
+    for a, b in bounds:
+        values = effect[a:b][mature_holdout[a:b]]
+        holdout_change[a:b] = float(np.median(values)) if len(values) else math.nan
 
     # Prefixes on BBR: hold, then revert only on a measured negative effect.
     held = was_bbr & (now - selected_since < cfg.min_hold_seconds)
-    worse_than_before = effect < 1.0 - cfg.revert_margin
-    worse_than_holdout = ~np.isfinite(holdout_change) | (effect < holdout_change - cfg.revert_margin)
+    with np.errstate(invalid="ignore"):
+        worse_than_before = effect < 1.0 - cfg.revert_margin
+        worse_than_holdout = ~np.isfinite(holdout_change) | (effect < holdout_change - cfg.revert_margin)
     revert_denied = was_bbr & refused
     revert_effect = was_bbr & ~held & ~refused & np.isfinite(effect) & worse_than_before & worse_than_holdout
     revert_expired = was_bbr & ~held & ~refused & ~revert_effect & expired
@@ -209,20 +189,28 @@ def decide(
     pending = candidate & ~was_bbr & ~holdout & ~in_cooldown
     select = np.zeros(n, dtype=bool)
     capped = np.zeros(n, dtype=bool)
-    for pop in np.unique(pops[pending]) if pending.any() else []:
-        in_pop = pops == pop
-        room = max(0, cfg.max_per_pop - int((keep & in_pop).sum()))
+    for a, b in bounds:
+        if not pending[a:b].any():
+            continue
+        room = max(0, cfg.max_per_pop - int(keep[a:b].sum()))
         allowed = min(room, cfg.max_new_per_round)
-        idx = np.flatnonzero(pending & in_pop)
+        idx = a + np.flatnonzero(pending[a:b])
         order = np.lexsort((prefixes[idx], low[idx], flap[idx], -duty[idx]))  # worst duty first
         ranked = idx[order]
         select[ranked[:allowed]] = True
         capped[ranked[allowed:]] = True
 
+    reverted = revert_effect | revert_expired | revert_denied
+    decision = np.full(n, SKIP, dtype=object)
     decision[keep] = KEEP
-    decision[revert_effect | revert_expired | revert_denied] = REVERT
+    decision[reverted] = REVERT
     decision[holdout] = HOLDOUT
     decision[select] = SELECT
+    is_select = select
+    is_holdout = holdout & ~select
+    is_revert = reverted & ~holdout & ~select
+    is_keep = keep & ~reverted & ~holdout & ~select
+    is_skip = ~(is_select | is_holdout | is_revert | is_keep)
 
     selected_since[select] = now
     baseline_out[select] = low[select]
@@ -231,133 +219,217 @@ def decide(
     clear_baseline = ~(keep | select | holdout)
     baseline_out[clear_baseline] = math.nan
 
-    # plain lists: formatting numpy scalars one by one is slow at 200k prefixes
-    lists = {
-        "decision": decision,
-        "held": held,
-        "effect": effect,
-        "baseline": baseline,
-        "low": low,
-        "selected_since": selected_since,
-        "revert_effect": revert_effect,
-        "last_seen": last_seen,
-        "candidate": candidate,
-        "rtt": rtt,
-        "holdout_change": holdout_change,
-        "scored": scored,
-        "in_cooldown": in_cooldown,
-        "cooldown_until": cooldown_until,
-        "counted": counted,
-        "eligible": eligible,
-        "low_rtt": low_rtt,
-        "capped": capped,
-        "qualifying": df["qualifying"].to_numpy(),
-        "low_rtt_buckets": df["low_rtt_buckets"].to_numpy(),
-        "denied": denied,
-    }
-    v: dict[str, list[Any]] = {k: np.asarray(a).tolist() for k, a in lists.items()}
-    duty_s = [
-        f"duty {du:.2f} flap {fl:.2f} over {c} buckets"
-        for du, fl, c in zip(duty.tolist(), flap.tolist(), v["counted"], strict=True)
-    ]
-    for i in range(n):
-        d = v["decision"][i]
-        if d == SELECT:
-            reason[i] = (
-                f"candidate: {duty_s[i]}, min_rtt {v['rtt'][i]:.1f} ms; baseline low rate {_fmt_rate(v['low'][i])}"
-            )
-        elif d == KEEP:
-            if v["held"][i]:
-                reason[i] = (
-                    f"min hold: on BBR {_fmt_hours(now - v['selected_since'][i])} of {_fmt_hours(cfg.min_hold_seconds)}"
-                )
-            elif not math.isfinite(v["effect"][i]):
-                reason[i] = "effect not measurable this round (too little data); stays on BBR"
-            else:
-                reason[i] = (
-                    f"effect OK: low rate {_fmt_rate(v['baseline'][i])} -> {_fmt_rate(v['low'][i])} "
-                    f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f})"
-                )
-        elif d == REVERT:
-            if v["denied"][i]:
-                reason[i] = f"denied: {v['denied'][i]}"
-            elif v["revert_effect"][i]:
-                reason[i] = (
-                    f"negative effect: low rate {_fmt_rate(v['baseline'][i])} -> {_fmt_rate(v['low'][i])} "
-                    f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f}); cooldown "
-                    f"{_fmt_hours(cfg.cooldown_seconds)}"
-                )
-            else:
-                reason[i] = f"no traffic for {_fmt_hours(now - v['last_seen'][i])}: released"
-        elif d == HOLDOUT:
-            what = "candidate" if v["candidate"][i] else "earlier candidate"
-            reason[i] = f"holdout (control group, {cfg.holdout_fraction:.0%} by hash): {what}, {duty_s[i]}"
+    reason = np.full(n, "", dtype=object)
+    texts = Texts(cfg, now, duty, flap, counted)
+    put = texts.put
+    put(reason, is_select, texts.select, rtt, low)
+    kept_held = is_keep & held
+    put(reason, kept_held, texts.held, selected_since)
+    kept_nan = is_keep & ~held & ~np.isfinite(effect)
+    reason[kept_nan] = "effect not measurable this round (too little data); stays on BBR"
+    put(reason, is_keep & ~held & ~kept_nan, texts.effect_ok, baseline, low, effect, holdout_change)
+    has_denial = refused
+    put(reason, is_revert & has_denial, texts.denied, denied)
+    revert_neg = is_revert & ~has_denial & revert_effect
+    put(reason, revert_neg, texts.negative, baseline, low, effect, holdout_change)
+    put(reason, is_revert & ~has_denial & ~revert_effect, texts.no_traffic, last_seen)
+    put(reason, is_holdout, texts.holdout, candidate)
+    # skip: the first rule that applies, in this order
+    left = is_skip.copy()
+    for rule, fn, args in (
+        (refused, texts.denied, (denied,)),
+        (candidate & in_cooldown, texts.cooldown, (cooldown_until,)),
+        (capped, texts.capped, ()),
+        (in_cooldown, texts.cooldown, (cooldown_until,)),
+        (~scored, None, "no data in the window"),
+        (cols["qualifying"] == 0, None, f"no qualifying flows (bytes_acked > {cfg.min_bytes} B) in the window"),
+        (~eligible, texts.too_few, ()),
+        (low_rtt, texts.low_rtt, (cols["low_rtt_buckets"], rtt)),
+        (left, texts.not_candidate, ()),
+    ):
+        here = left & rule
+        if fn is None:
+            reason[here] = args
         else:
-            reason[i] = _skip_reason(i, v, duty_s, cfg, now)
+            put(reason, here, fn, *args)
+        left &= ~here
 
-    out = df[["pop", "prefix", *[c for c in SCORE_COLUMNS if c not in ("pop", "prefix")]]].copy()
-    out["decision"] = decision
-    out["algorithm"] = np.where(np.isin(decision, ON_BBR), cfg.algorithm, "cubic")
-    out["reason"] = reason
-    out["holdout"] = holdout.astype("uint8")
-    out["selected_since"] = selected_since
-    out["holdout_since"] = holdout_since
-    out["cooldown_until"] = np.where(cooldown_until > now, cooldown_until, 0)
-    out["last_seen"] = last_seen
-    out["baseline_low_rate"] = baseline_out
-    out["effect"] = effect
-    out["holdout_effect"] = holdout_change
-    out["scored"] = scored
+    final_cooldown = np.where(cooldown_until > now, cooldown_until, 0)
     # Rows worth writing: every scored prefix, plus unscored ones carrying state.
-    keep_row = scored | np.isin(decision, (*ON_BBR, HOLDOUT, REVERT)) | (out["cooldown_until"].to_numpy() > 0)
-    return pd.DataFrame(out[keep_row]).reset_index(drop=True)
+    keep_row = scored | ~is_skip | (final_cooldown > 0)
+    out: dict[str, np.ndarray] = {name: cols[name] for name in SCORE_COLUMNS}
+    out.update(
+        {
+            "decision": decision,
+            "algorithm": np.where(is_select | is_keep, cfg.algorithm, "cubic").astype(object),
+            "reason": reason,
+            "holdout": holdout.astype("uint8"),
+            "selected_since": selected_since,
+            "holdout_since": holdout_since,
+            "cooldown_until": final_cooldown,
+            "last_seen": last_seen,
+            "baseline_low_rate": baseline_out,
+            "effect": effect,
+            "holdout_effect": holdout_change,
+            "scored": scored,
+        }
+    )
+    return frame(out, None if keep_row.all() else keep_row)
 
 
-def _skip_reason(i: int, v: dict[str, list[Any]], duty_s: list[str], cfg: ScoringConfig, now: int) -> str:
-    if v["denied"][i]:
-        return f"denied: {v['denied'][i]}"
-    if v["candidate"][i] and v["in_cooldown"][i]:
-        return f"cooldown after a revert: {_fmt_hours(v['cooldown_until'][i] - now)} left"
-    if v["capped"][i]:
+def joined_columns(scores: pd.DataFrame, previous: pd.DataFrame) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
+    """The scores and the previous state as columns over the union of their (pop, prefix)s,
+    sorted; scores missing: 0 / NaN (family: the prefix's), state missing: 0 / NaN / ''.
+    Returns (rows, columns, scored)."""
+    s, skey = by_pop_prefix(columns_of(scores, SCORE_COLUMNS))
+    p, pkey = by_pop_prefix(columns_of(previous, STATE_COLUMNS), unique=True)  # a duplicate: the first counts
+    index = dict(zip(skey.tolist(), range(len(skey)), strict=True))
+    at = np.fromiter((index.get(k, -1) for k in pkey.tolist()), dtype=np.int64, count=len(pkey))
+    only_prev = np.flatnonzero(at < 0)
+    n_s = len(skey)
+    if len(only_prev):  # state rows without scores go where they sort among the scored rows
+        spots = np.searchsorted(skey, pkey[only_prev]) if n_s else np.zeros(len(only_prev), dtype=np.int64)
+        position = np.arange(n_s) + np.searchsorted(spots, np.arange(n_s), side="right")
+        prev_position = spots + np.arange(len(only_prev))
+    else:
+        position, prev_position = np.arange(n_s), np.zeros(0, dtype=np.int64)
+    n = n_s + len(only_prev)
+    scored = np.zeros(n, dtype=bool)
+    scored[position] = True
+    cols: dict[str, np.ndarray] = {}
+    for name, dtype in SCORE_COLUMNS.items():
+        if dtype == "object":
+            col = np.empty(n, dtype=object)
+            col[position] = s[name]
+            col[prev_position] = p[name][only_prev]
+        else:
+            col = np.zeros(n, dtype=dtype) if dtype == "int64" else np.full(n, math.nan)
+            col[position] = s[name]
+        cols[name] = col
+    if len(only_prev):  # rows carried from the state without data: their prefix's family, not 0
+        cols["family"][prev_position] = [prefix_family(str(x)) for x in p["prefix"][only_prev].tolist()]
+    row_of_prev = np.empty(len(pkey), dtype=np.int64)  # each state row's row in the union
+    matched = at >= 0
+    row_of_prev[matched] = position[at[matched]]
+    row_of_prev[only_prev] = prev_position
+    decision = np.full(n, "", dtype=object)
+    decision[row_of_prev] = p["decision"]
+    cols["prev_decision"] = decision
+    for name in ("selected_since", "holdout_since", "cooldown_until", "last_seen"):
+        col = np.zeros(n, dtype="int64")
+        col[row_of_prev] = p[name]
+        cols[name] = col
+    baseline = np.full(n, math.nan)
+    baseline[row_of_prev] = p["baseline_low_rate"]
+    cols["baseline_low_rate"] = baseline
+    return n, cols, scored
+
+
+class Texts:
+    """The reason texts, each built once per distinct set of values (most prefixes share one)."""
+
+    def __init__(self, cfg: ScoringConfig, now: int, duty: np.ndarray, flap: np.ndarray, counted: np.ndarray) -> None:
+        self.cfg = cfg
+        self.now = now
+        self.duty, self.flap, self.counted = duty, flap, counted
+
+    def put(self, out: np.ndarray, rows: np.ndarray, fn: Callable[..., str], *columns: np.ndarray) -> None:
+        """out[rows] = fn(row values of `columns`...), memoized on those values."""
+        idx = np.flatnonzero(rows)
+        if not len(idx):
+            return
+        memo: dict[tuple[Any, ...], str] = {}
+        picked = [c[idx] for c in (self.duty, self.flap, self.counted, *columns)]
+        values = [c.tolist() for c in picked]
+        # the key: floats by their bits (-0.0 and 0.0 print differently but compare equal)
+        keys = [c.view(np.int64).tolist() if c.dtype == np.float64 else v for c, v in zip(picked, values, strict=True)]
+        texts = []
+        for key, args in zip(zip(*keys, strict=True), zip(*values, strict=True), strict=True):
+            text = memo.get(key)
+            if text is None:
+                text = memo[key] = fn(*args)
+            texts.append(text)
+        out[idx] = texts
+
+    def duty_s(self, du: float, fl: float, c: int) -> str:
+        return f"duty {du:.2f} flap {fl:.2f} over {c} buckets"
+
+    def select(self, du: float, fl: float, c: int, rtt: float, low: float) -> str:
+        return f"candidate: {self.duty_s(du, fl, c)}, min_rtt {rtt:.1f} ms; baseline low rate {_fmt_rate(low)}"
+
+    def held(self, du: float, fl: float, c: int, since: int) -> str:
+        return f"min hold: on BBR {_fmt_hours(self.now - since)} of {_fmt_hours(self.cfg.min_hold_seconds)}"
+
+    def effect_ok(self, du: float, fl: float, c: int, base: float, low: float, eff: float, hold: float) -> str:
+        return f"effect OK: low rate {_fmt_rate(base)} -> {_fmt_rate(low)} (x{eff:.2f}, holdout x{hold:.2f})"
+
+    def denied(self, du: float, fl: float, c: int, why: str) -> str:
+        return f"denied: {why}"
+
+    def negative(self, du: float, fl: float, c: int, base: float, low: float, eff: float, hold: float) -> str:
         return (
-            f"capped: candidate ({duty_s[i]}) but max {cfg.max_new_per_round} new per round, {cfg.max_per_pop} per POP"
+            f"negative effect: low rate {_fmt_rate(base)} -> {_fmt_rate(low)} "
+            f"(x{eff:.2f}, holdout x{hold:.2f}); cooldown {_fmt_hours(self.cfg.cooldown_seconds)}"
         )
-    if v["in_cooldown"][i]:
-        return f"cooldown after a revert: {_fmt_hours(v['cooldown_until'][i] - now)} left"
-    if not v["scored"][i]:
-        return "no data in the window"
-    if int(v["qualifying"][i]) == 0:
-        return f"no qualifying flows (bytes_acked > {cfg.min_bytes} B) in the window"
-    if not v["eligible"][i]:
+
+    def no_traffic(self, du: float, fl: float, c: int, seen: int) -> str:
+        return f"no traffic for {_fmt_hours(self.now - seen)}: released"
+
+    def holdout(self, du: float, fl: float, c: int, candidate: bool) -> str:
+        what = "candidate" if candidate else "earlier candidate"
+        return f"holdout (control group, {self.cfg.holdout_fraction:.0%} by hash): {what}, {self.duty_s(du, fl, c)}"
+
+    def cooldown(self, du: float, fl: float, c: int, until: int) -> str:
+        return f"cooldown after a revert: {_fmt_hours(until - self.now)} left"
+
+    def capped(self, du: float, fl: float, c: int) -> str:
+        cfg = self.cfg
         return (
-            f"too few samples: counted in {v['counted'][i]} buckets, needs {cfg.min_buckets} "
-            f"(>= {cfg.min_samples} qualifying samples per bucket)"
+            f"capped: candidate ({self.duty_s(du, fl, c)}) but max {cfg.max_new_per_round} new per round, "
+            f"{cfg.max_per_pop} per POP"
         )
-    if v["low_rtt"][i]:
+
+    def too_few(self, du: float, fl: float, c: int) -> str:
         return (
-            f"low RTT: median min_rtt below {cfg.min_rtt_ms:g} ms in {v['low_rtt_buckets'][i]} of "
-            f"{v['counted'][i]} buckets (mean {v['rtt'][i]:.1f} ms)"
+            f"too few samples: counted in {c} buckets, needs {self.cfg.min_buckets} "
+            f"(>= {self.cfg.min_samples} qualifying samples per bucket)"
         )
-    return f"not a candidate: {duty_s[i]} (needs duty >= {cfg.min_duty:g}, flap <= {cfg.max_flap:g})"
+
+    def low_rtt(self, du: float, fl: float, c: int, buckets: int, rtt: float) -> str:
+        return (
+            f"low RTT: median min_rtt below {self.cfg.min_rtt_ms:g} ms in {buckets} of {c} buckets (mean {rtt:.1f} ms)"
+        )
+
+    def not_candidate(self, du: float, fl: float, c: int) -> str:
+        cfg = self.cfg
+        return f"not a candidate: {self.duty_s(du, fl, c)} (needs duty >= {cfg.min_duty:g}, flap <= {cfg.max_flap:g})"
 
 
 def summarize(decisions: pd.DataFrame) -> list[PopSummary]:
-    """Per-POP counts of a round's decisions (for the log line and the metrics)."""
+    """Per-POP counts of a round's decisions (for the log line and the metrics); rows sorted by POP."""
+    pops = texts(decisions["pop"])
+    order = sorting(pops)
+    dec = texts(decisions["decision"])
+    scored = decisions["scored"].to_numpy(dtype=bool)
+    changes = decisions["holdout_effect"].to_numpy(dtype="float64")
+    if order is not None:
+        pops, dec, scored, changes = pops[order], dec[order], scored[order], changes[order]
     out = []
-    for pop, group in decisions.groupby("pop", sort=True):
-        dec = group["decision"]
-        changes = group["holdout_effect"].dropna()
+    for a, b in pop_bounds(pops):
+        d = dec[a:b]
+        select, keep = int((d == SELECT).sum()), int((d == KEEP).sum())
+        finite = changes[a:b][~np.isnan(changes[a:b])]
         out.append(
             PopSummary(
-                pop=str(pop),
-                scored=int(group["scored"].sum()),
-                selected=int(dec.isin(ON_BBR).sum()),
-                new=int((dec == SELECT).sum()),
-                kept=int((dec == KEEP).sum()),
-                reverted=int((dec == REVERT).sum()),
-                holdout=int((dec == HOLDOUT).sum()),
-                skipped=int((dec == SKIP).sum()),
-                holdout_change=float(changes.iloc[0]) if len(changes) else math.nan,
+                pop=str(pops[a]),
+                scored=int(scored[a:b].sum()),
+                selected=select + keep,
+                new=select,
+                kept=keep,
+                reverted=int((d == REVERT).sum()),
+                holdout=int((d == HOLDOUT).sum()),
+                skipped=int((d == SKIP).sum()),
+                holdout_change=float(finite[0]) if len(finite) else math.nan,
             )
         )
     return out

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from controller.scoring.frames import by_pop_prefix, columns_of, frame
 from controller.scoring.settings import ScoringConfig
 from controller.store.sql import query, splice, strip_comments, values_list
 
@@ -241,23 +242,5 @@ SCORE_COLUMNS: dict[str, str] = {
 
 def normalize_scores(df: pd.DataFrame | None) -> pd.DataFrame:
     """Same dtypes from both back ends (chDB and clickhouse-driver differ), sorted by pop, prefix."""
-    import pandas as pd
-
-    out = pd.DataFrame(
-        {
-            name: (df[name] if df is not None and name in df else pd.Series([], dtype=t))
-            for name, t in SCORE_COLUMNS.items()
-        }
-    )
-    for name, dtype in SCORE_COLUMNS.items():
-        if dtype == "object":
-            if len(out) and not isinstance(out[name].iat[0], str):
-                out[name] = out[name].map(_text)
-            out[name] = out[name].astype(object)
-        else:
-            out[name] = out[name].astype(np.dtype(dtype))
-    return out.sort_values(["pop", "prefix"], kind="stable").reset_index(drop=True)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    columns, _ = by_pop_prefix(columns_of(df, SCORE_COLUMNS))
+    return frame(columns)

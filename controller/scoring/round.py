@@ -23,8 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT, ON_BBR, PopSummary, decide, summarize
+import numpy as np
+
+from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT, KEEP, SELECT, PopSummary, decide, summarize
 from controller.scoring.desired import RECORDED, DesiredEntry, DesiredState, PublishOutcome
+from controller.scoring.frames import pop_bounds, sort_key, sorting, texts
 from controller.scoring.query import Window, drop_old_cache, epoch_seconds, refresh, score_prefixes, window_for
 from controller.scoring.settings import ScoringConfig
 from controller.scoring.state import load_previous, write_outcomes, write_round
@@ -56,10 +59,16 @@ def new_round_id(now: dt.datetime) -> str:
 
 
 def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -> list[DesiredState]:
-    """One DesiredState per POP in the decisions: the prefixes on BBR after this round."""
+    """One DesiredState per POP in the decisions: the prefixes on BBR after this round, by prefix."""
+    pops = texts(decisions["pop"])
+    dec = texts(decisions["decision"])
+    order = sorting(sort_key(pops, texts(decisions["prefix"])))
+    rows = np.arange(len(pops)) if order is None else order
+    pops = pops[rows]
+    chosen = (dec[rows] == SELECT) | (dec[rows] == KEEP)
     states = []
-    for pop, group in decisions.groupby("pop", sort=True):
-        chosen = group[group["decision"].isin(ON_BBR)].sort_values("prefix")
+    for a, b in pop_bounds(pops):
+        picked = rows[a:b][chosen[a:b]]
         entries = [
             DesiredEntry(
                 prefix=str(r["prefix"]),
@@ -70,9 +79,9 @@ def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -
                 median_min_rtt_ms=float(r["median_min_rtt_ms"]),
                 reason=f"{r['decision']}: {r['reason']}",
             )
-            for r in chosen.to_dict("records")
+            for r in decisions.iloc[picked].to_dict("records")
         ]
-        states.append(DesiredState(pop=str(pop), round_id=round_id, round_time_ns=round_time_ns, entries=entries))
+        states.append(DesiredState(pop=str(pops[a]), round_id=round_id, round_time_ns=round_time_ns, entries=entries))
     return states
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from controller.scoring.decide import ON_BBR, SKIP, STATE_COLUMNS, empty_state
 from controller.scoring.desired import IN_FORCE, KILLED, RECORDED, DesiredState, PublishOutcome
+from controller.scoring.frames import by_pop_prefix, columns_of, frame, texts
 from controller.store import sql as sql_files
 
 if TYPE_CHECKING:
@@ -59,9 +60,8 @@ def latest_rounds(
 
 
 def load_previous(store: Store, pop: str, now: dt.datetime, include_recorded: bool = True) -> pd.DataFrame:
-    """The state (STATE_COLUMNS) for one POP or every POP before a round at `now`."""
-    import pandas as pd
-
+    """The state (STATE_COLUMNS) for one POP or every POP before a round at `now`: one row per
+    (pop, prefix), sorted by them."""
     latest = latest_rounds(store, pop, now, include_recorded)
     if not latest:
         return empty_state()
@@ -71,11 +71,8 @@ def load_previous(store: Store, pop: str, now: dt.datetime, include_recorded: bo
         sql_files.splice(sql_files.query("scoring_previous_state"), {"keys": keys}),
         {"lo": _utc(min(times)), "hi": _utc(max(times))},
     )
-    out = pd.DataFrame({name: df[name] for name in STATE_COLUMNS})
-    for name, dtype in STATE_COLUMNS.items():
-        col = out[name]
-        out[name] = col.map(_text).astype(object) if dtype == "object" else col.astype(np.dtype(dtype))
-    out = out.drop_duplicates(["pop", "prefix"], keep="first").reset_index(drop=True)
+    columns, _ = by_pop_prefix(columns_of(df, STATE_COLUMNS), unique=True)
+    out = frame(columns)
     killed = [p for p, (_, outcome, _) in latest.items() if outcome == KILLED]
     if killed:  # the kill switch removed every route: nothing is on BBR, other state stays
         off = out["pop"].isin(killed) & out["decision"].isin(ON_BBR)
@@ -146,8 +143,8 @@ def write_round(store: Store, decisions: pd.DataFrame, round_id: str, round_time
         "round_id": [round_id] * n,
         "round_time": _datetimes(np.full(n, round_s)),
         "round_time_ns": np.full(n, round_time_ns, dtype="uint64"),
-        "pop": d["pop"].astype(str).tolist(),
-        "prefix": d["prefix"].astype(str).tolist(),
+        "pop": texts(d["pop"]),
+        "prefix": texts(d["prefix"]),
         "family": d["family"].to_numpy(dtype="uint8"),
         "samples": d["samples"].to_numpy(dtype="uint64"),
         "qualifying": d["qualifying"].to_numpy(dtype="uint64"),
@@ -159,9 +156,9 @@ def write_round(store: Store, decisions: pd.DataFrame, round_id: str, round_time
         "median_delivery_rate": d["median_delivery_rate"].to_numpy(dtype="float64"),
         "low_delivery_rate": d["low_delivery_rate"].to_numpy(dtype="float64"),
         "median_min_rtt_ms": d["median_min_rtt_ms"].to_numpy(dtype="float64"),
-        "decision": d["decision"].astype(str).tolist(),
-        "algorithm": d["algorithm"].astype(str).tolist(),
-        "reason": d["reason"].astype(str).tolist(),
+        "decision": texts(d["decision"]),
+        "algorithm": texts(d["algorithm"]),
+        "reason": texts(d["reason"]),
         "holdout": d["holdout"].to_numpy(dtype="uint8"),
         "selected_since": _datetimes(d["selected_since"]),
         "holdout_since": _datetimes(d["holdout_since"]),

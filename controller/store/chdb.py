@@ -12,8 +12,18 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from controller.store import sql as sql_params
-from controller.store.base import DATA, Column, DataTable, Store, data_columns, one_line, row_count
+from controller.store.base import (
+    DATA,
+    BulkColumn,
+    Column,
+    DataTable,
+    Store,
+    data_columns,
+    one_line,
+    row_count,
+)
 from controller.store.clickhouse import as_fixed_bytes
+from controller.store.columns import StrColumn
 from controller.store.sql import Version, parse_version
 from controller.store.url import StoreURL, check_identifier
 from dyncc_common.errors import StoreError, classify, error_code
@@ -122,18 +132,31 @@ class ChdbStore(Store):
         return [tuple(row) for row in df.itertuples(index=False, name=None)]
 
     def insert_columns(self, table: str, columns: Mapping[str, Column]) -> int:
-        import pyarrow as pa
-
         rows = row_count(columns)
         if rows == 0:
             return 0
+        self._insert_arrow(table, columns, rows)
+        return rows
+
+    def bulk_insert(self, table: str, columns: Mapping[str, BulkColumn], rows: int, block: Any = None) -> None:
+        """One INSERT of the columns as an Arrow table; a StrColumn goes as a dictionary array
+        (codes and distinct values: no Python object per row), numbers without a copy."""
+        if rows:
+            self._insert_arrow(table, columns, rows)
+
+    def _insert_arrow(self, table: str, columns: Mapping[str, Column | StrColumn], rows: int) -> None:
+        import pyarrow as pa
+
         arrays = {}
         for name, col in columns.items():
             check_identifier(name)
-            if isinstance(col, np.ndarray) and (col.dtype.kind == "S" or col.ndim == 2):
-                fixed = as_fixed_bytes(col)
+            if isinstance(col, StrColumn):
+                codes = pa.array(np.ascontiguousarray(col.codes, dtype=np.int32))
+                arrays[name] = pa.DictionaryArray.from_arrays(codes, pa.array(col.values or [""], pa.string()))
+            elif isinstance(col, np.ndarray) and (col.dtype.kind == "S" or col.ndim == 2):
+                fixed = np.ascontiguousarray(as_fixed_bytes(col))
                 width = fixed.dtype.itemsize
-                buf = pa.py_buffer(np.ascontiguousarray(fixed).tobytes())
+                buf = pa.py_buffer(fixed.view(np.uint8).reshape(-1))
                 arrays[name] = pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), rows, [None, buf])
             else:
                 arr = pa.array(col)
@@ -150,4 +173,3 @@ class ChdbStore(Store):
                 )
             except Exception as exc:
                 raise chdb_error(exc, f"chDB insert into {table}") from exc
-        return rows

@@ -162,7 +162,7 @@ class ClickHouseStore(Store):
             return None
         from clickhouse_driver import errors as ch_errors
 
-        # lazy: native imports clickhouse-driver (~130 ms), kept off `import controller.store`
+        # lazy: native imports clickhouse-driver (slow: docs/performance.md), kept off `import controller.store`
         from controller.store.native import serialize_block
 
         if self._revision is None:
@@ -182,7 +182,7 @@ class ClickHouseStore(Store):
         to the next path for good, with one warning.
         """
         if self._native:
-            # lazy: native imports clickhouse-driver (~130 ms), kept off `import controller.store`
+            # lazy: native imports clickhouse-driver (slow: docs/performance.md), kept off `import controller.store`
             from controller.store.native import NativeColumns, SchemaMismatch
 
             if block is not None and self._block_ok:
@@ -204,7 +204,7 @@ class ClickHouseStore(Store):
     def _native_insert(self, table: str, data: Any, columns: list[str]) -> None:
         from clickhouse_driver import errors as ch_errors
 
-        # lazy: native imports clickhouse-driver (~130 ms), kept off `import controller.store`
+        # lazy: native imports clickhouse-driver (slow: docs/performance.md), kept off `import controller.store`
         from controller.store.native import SchemaMismatch
 
         names = ", ".join(check_identifier(c) for c in columns)
@@ -222,7 +222,7 @@ class ClickHouseStore(Store):
         with self._pool_lock:
             if self._idle:
                 return self._idle.pop()
-        # lazy: native imports clickhouse-driver (~130 ms), kept off `import controller.store`
+        # lazy: native imports clickhouse-driver (slow: docs/performance.md), kept off `import controller.store`
         from controller.store.native import native_client
 
         client = native_client(self.url, self._server_settings)

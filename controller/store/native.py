@@ -148,8 +148,8 @@ def serialize_block(
             write_binary_uint8(0, head)
         pieces.append(head.getvalue())
         pieces.append(payload)
-    # No copy: joining the ~130 MB of a 300k-row group into one bytes object, and the driver's
-    # buffered writer copying it again, cost the loader ~0.4 s per 1M rows.
+    # No copy: joining a group's parts into one bytes object, and the driver's buffered writer
+    # copying it again, was a visible share of the loader's time (docs/performance.md).
     parts = [
         np.ascontiguousarray(p).reshape(-1).view(np.uint8).data if isinstance(p, np.ndarray) else memoryview(p)
         for p in pieces

@@ -9,6 +9,7 @@
 --   low_rtt_buckets = counted buckets whose median min_rtt < %(min_rtt_us)s µs; more
 --     than half of the counted buckets = the prefix's median min_rtt is below it
 -- Prefixes seen in the window but never counted come out with counted_buckets = 0.
+-- Sorted by pop, prefix (what controller/scoring/query.py returns; sorting here is cheaper).
 SELECT
     pop,
     prefix,
@@ -45,3 +46,4 @@ FROM
     FROM ({{timeline}})
     GROUP BY key  -- cityHash64(pop, prefix): one fixed-width key groups faster than two strings
 )
+ORDER BY pop, prefix

@@ -235,6 +235,12 @@ ADDED_SINCE = {
     "lab --min-hold-buckets: a new option",
     "lab --max-new: a new option",
     "lab --think-time: a new option",
+    # eBPF enforcement (docs/enforce.md)
+    "agent --enforce: a new option",
+    "agent --bpf-cgroup: a new option",
+    "agent --bpf-pin-dir: a new option",
+    "agent --bpf-object: a new option",
+    "lab --enforce: a new option",
 }
 
 

@@ -1,0 +1,108 @@
+"""Compile the agent's sock_ops program (collector/agent/bpf/cc_switch.c) with clang, cached by content.
+
+`build_object(out_dir)` returns `out_dir/cc_switch-<hash>.o`, where the hash covers the source
+text and the clang command, so an unchanged build is reused and a changed one never collides;
+the object is written under a temporary name and renamed, so a reader never sees half a file.
+`python -m collector.agent.bpf_build OUT_DIR` is the install step (`make bpf`): it prints the
+object's path.  Needs Debian's clang (`-target bpf`, `-g` for the BTF the maps need) and the
+kernel and libbpf headers (linux-libc-dev, libbpf-dev); a missing one is a BpfBuildError
+naming what to install.  No prebuilt object is shipped or fetched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from collector.agent.bpf_plan import PROGRAM
+from dyncc_common.errors import DynccError
+
+CLANG = "clang"
+
+
+class BpfBuildError(DynccError):
+    """The sock_ops program could not be compiled (no clang, missing headers, compile error); one line."""
+
+
+def source_text() -> str:
+    """The C source as shipped in the package."""
+    try:
+        return resources.files("collector.agent").joinpath("bpf", f"{PROGRAM}.c").read_text()
+    except (OSError, ValueError) as exc:
+        raise BpfBuildError(f"no BPF source for {PROGRAM}: {exc}") from exc
+
+
+def clang_command(source: Path, output: Path, clang: str = CLANG) -> list[str]:
+    """The clang command line (pure): -O2 -g -target bpf with the multiarch include dir."""
+    multiarch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
+    return [
+        clang,
+        "-O2",
+        "-g",
+        "-target",
+        "bpf",
+        "-Wall",
+        "-Werror",
+        f"-idirafter/usr/include/{multiarch}",
+        "-c",
+        str(source),
+        "-o",
+        str(output),
+    ]
+
+
+def object_name(text: str, clang: str = CLANG) -> str:
+    probe = clang_command(Path("SRC"), Path("OUT"), clang)
+    digest = hashlib.sha256("\0".join([text, *probe]).encode()).hexdigest()[:16]
+    return f"{PROGRAM}-{digest}.o"
+
+
+def build_object(out_dir: Path, clang: str = CLANG) -> Path:
+    """Compile the program into `out_dir` (reusing an identical earlier build)."""
+    text = source_text()
+    target = out_dir / object_name(text, clang)
+    if target.exists():
+        return target
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BpfBuildError(f"cannot create {out_dir}: {exc.strerror}") from exc
+    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".bpf-") as tmp:
+        src = Path(tmp) / f"{PROGRAM}.c"
+        src.write_text(text)
+        obj = Path(tmp) / f"{PROGRAM}.o"
+        try:
+            proc = subprocess.run(clang_command(src, obj, clang), capture_output=True, text=True, timeout=60)
+        except FileNotFoundError as exc:
+            raise BpfBuildError(f"{clang} not found: install clang and libbpf-dev (deploy/lab/lab.sh install)") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise BpfBuildError(f"{clang} took more than 60 s on {PROGRAM}.c") from exc
+        if proc.returncode != 0:
+            first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
+            hint = "; install libbpf-dev and linux-libc-dev" if "file not found" in first else ""
+            raise BpfBuildError(f"{PROGRAM}.c does not compile: {first.strip()}{hint}")
+        os.replace(obj, target)
+    return target
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m collector.agent.bpf_build OUT_DIR", file=sys.stderr)
+        return 2
+    try:
+        print(build_object(Path(argv[0])))
+    except BpfBuildError as exc:
+        print(f"bpf_build: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

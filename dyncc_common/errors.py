@@ -28,6 +28,11 @@ checks it); where a class was a ValueError before, ValueError stays its second b
     ├── InvalidConfig (+ValueError)     collector.agent.plan: a config the agent refuses
     ├── RouteWriteError                 collector.agent.routes: writing or verifying a route failed
     ├── StateError                      collector.agent.state: an unreadable agent state file
+    ├── BpfBuildError                   collector.agent.bpf_build: a BPF program (the agent's
+    │                                   sock_ops, the lab's tc programs) did not compile
+    ├── BpfProgramError (+OSError)      collector.agent.bpf_prog: a bpftool step (load, attach,
+    │                                   detach) failed
+    ├── BpfMapError (+OSError)          collector.agent.bpf_maps: a BPF map read or write failed
     │
     │   the centre (controller)
     ├── SchemaMismatch                  controller.store.native: a table's columns differ from
@@ -40,8 +45,7 @@ checks it); where a class was a ValueError before, ValueError stays its second b
     ├── RoundFailed                     controller.lab.control: a lab round did not complete
     ├── TopologyError                   controller.lab.topology: the lab network could not be built
     ├── PathError                       controller.lab.paths: a path class or shaping entry is invalid
-    ├── DelayError                      controller.lab.delay: the delay relay could not start
-    └── BpfBuildError                   controller.lab.bpf_build: the tc BPF program did not compile
+    └── DelayError                      controller.lab.delay: the delay relay could not start
 
 Two private subclasses of DynccError are control flow inside one module and never leave it:
 schemas.tcpinfo_decode._Unusual and collector.netlink.sockdiag_dump._Stopped.

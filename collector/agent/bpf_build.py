@@ -18,6 +18,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -59,15 +60,26 @@ def clang_command(source: Path, output: Path, clang: str = CLANG) -> list[str]:
 
 
 def object_name(text: str, clang: str = CLANG) -> str:
-    probe = clang_command(Path("SRC"), Path("OUT"), clang)
+    return cached_name(PROGRAM, text, clang_command(Path("SRC"), Path("OUT"), clang))
+
+
+def cached_name(program: str, text: str, probe: Sequence[str]) -> str:
+    """`<program>-<hash>.o`, the hash over the source text and the compile command (pure)."""
     digest = hashlib.sha256("\0".join([text, *probe]).encode()).hexdigest()[:16]
-    return f"{PROGRAM}-{digest}.o"
+    return f"{program}-{digest}.o"
 
 
-def build_object(out_dir: Path, clang: str = CLANG) -> Path:
-    """Compile the program into `out_dir` (reusing an identical earlier build)."""
-    text = source_text()
-    target = out_dir / object_name(text, clang)
+def compile_cached(
+    program: str,
+    text: str,
+    out_dir: Path,
+    command: Callable[[Path, Path], list[str]],
+    missing: str,
+) -> Path:
+    """Compile `text` (the C source of `program`) with `command(source, output)` into
+    `out_dir/<program>-<hash>.o`, reusing an identical earlier build; BpfBuildError (one line,
+    `missing` says what to install when the compiler is not found) on failure."""
+    target = out_dir / cached_name(program, text, command(Path("SRC"), Path("OUT")))
     if target.exists():
         return target
     try:
@@ -75,21 +87,33 @@ def build_object(out_dir: Path, clang: str = CLANG) -> Path:
     except OSError as exc:
         raise BpfBuildError(f"cannot create {out_dir}: {exc.strerror}") from exc
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".bpf-") as tmp:
-        src = Path(tmp) / f"{PROGRAM}.c"
+        src = Path(tmp) / f"{program}.c"
         src.write_text(text)
-        obj = Path(tmp) / f"{PROGRAM}.o"
+        obj = Path(tmp) / f"{program}.o"
+        cmd = command(src, obj)
         try:
-            proc = subprocess.run(clang_command(src, obj, clang), capture_output=True, text=True, timeout=60)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         except FileNotFoundError as exc:
-            raise BpfBuildError(f"{clang} not found: install clang and libbpf-dev (deploy/lab/lab.sh install)") from exc
+            raise BpfBuildError(f"{cmd[0]} not found: {missing}") from exc
         except subprocess.TimeoutExpired as exc:
-            raise BpfBuildError(f"{clang} took more than 60 s on {PROGRAM}.c") from exc
+            raise BpfBuildError(f"{cmd[0]} took more than 60 s on {program}.c") from exc
         if proc.returncode != 0:
             first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
             hint = "; install libbpf-dev and linux-libc-dev" if "file not found" in first else ""
-            raise BpfBuildError(f"{PROGRAM}.c does not compile: {first.strip()}{hint}")
+            raise BpfBuildError(f"{program}.c does not compile: {first.strip()}{hint}")
         os.replace(obj, target)
     return target
+
+
+def build_object(out_dir: Path, clang: str = CLANG) -> Path:
+    """Compile the program into `out_dir` (reusing an identical earlier build)."""
+    return compile_cached(
+        PROGRAM,
+        source_text(),
+        out_dir,
+        lambda src, obj: clang_command(src, obj, clang),
+        "install clang and libbpf-dev (deploy/lab/lab.sh install)",
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -67,20 +67,12 @@ def _build_agent(settings: AgentSettings) -> Agent:
         state = AgentState(state_dir, settings.pop).load()
     except StateError as exc:
         raise ConfigError(str(exc)) from exc
-    if settings.enforce == "bpf":
-        return Agent(
-            pop=settings.pop,
-            host=settings.host,
-            netns=settings.netns,
-            public_key=public_key,
-            state=state,
-            applier=_bpf_applier(settings, state_dir),
-            metrics=AgentMetrics(),
-        )
-    try:
-        table = RouteTable(settings.netns, proto=settings.proto)
-    except OSError as exc:
-        raise ConfigError(f"cannot open netlink in {settings.netns or 'this namespace'}: {exc}") from exc
+    table = None
+    if settings.enforce == "route":
+        try:
+            table = RouteTable(settings.netns, proto=settings.proto)
+        except OSError as exc:
+            raise ConfigError(f"cannot open netlink in {settings.netns or 'this namespace'}: {exc}") from exc
     return Agent(
         pop=settings.pop,
         host=settings.host,
@@ -88,6 +80,7 @@ def _build_agent(settings: AgentSettings) -> Agent:
         public_key=public_key,
         state=state,
         table=table,
+        applier=None if table is not None else _bpf_applier(settings, state_dir),
         metrics=AgentMetrics(),
     )
 

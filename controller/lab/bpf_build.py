@@ -12,25 +12,17 @@ libbpf-dev).  A missing compiler or header is a BpfBuildError naming what to ins
 
 from __future__ import annotations
 
-import hashlib
-import os
 import platform
-import subprocess
 import sysconfig
-import tempfile
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
-from dyncc_common.errors import DynccError
+from collector.agent.bpf_build import BpfBuildError, compile_cached
 
 CLANG = "clang"
 RANDOM_DROP = "random_drop"
 MAX_LOSS = 0.5
-
-
-class BpfBuildError(DynccError):
-    """A lab BPF program could not be compiled (no clang, missing headers, compile error); one line."""
 
 
 def source_text(program: str) -> str:
@@ -58,30 +50,13 @@ def clang_command(source: Path, output: Path, defines: Mapping[str, str], clang:
 
 def build(program: str, defines: Mapping[str, str], out_dir: Path, clang: str = CLANG) -> Path:
     """Compile bpf/<program>.c with `defines` into `out_dir` (reusing an identical earlier build)."""
-    text = source_text(program)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    probe = clang_command(Path("SRC"), Path("OUT"), defines, clang)
-    digest = hashlib.sha256("\0".join([text, *probe]).encode()).hexdigest()[:16]
-    target = out_dir / f"{program}-{digest}.o"
-    if target.exists():
-        return target
-    with tempfile.TemporaryDirectory(dir=out_dir, prefix=".bpf-") as tmp:
-        src = Path(tmp) / f"{program}.c"
-        src.write_text(text)
-        obj = Path(tmp) / f"{program}.o"
-        cmd = clang_command(src, obj, defines, clang)
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-        except FileNotFoundError as exc:
-            raise BpfBuildError(f"{clang} not found: install clang (and libbpf-dev) to build lab BPF programs") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise BpfBuildError(f"{clang} took more than 60 s on {program}.c") from exc
-        if proc.returncode != 0:
-            first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:200])
-            hint = "; install libbpf-dev and linux-libc-dev" if "file not found" in first else ""
-            raise BpfBuildError(f"{program}.c does not compile: {first.strip()}{hint}")
-        os.replace(obj, target)
-    return target
+    return compile_cached(
+        program,
+        source_text(program),
+        out_dir,
+        lambda src, obj: clang_command(src, obj, defines, clang),
+        "install clang (and libbpf-dev) to build lab BPF programs",
+    )
 
 
 def build_random_drop(loss: float, out_dir: Path, clang: str = CLANG) -> Path:

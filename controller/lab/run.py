@@ -243,4 +243,11 @@ def run_lab(opts: LabOptions, url: str, workdir: Path, stop: StopFlag, out: Text
     lab = Lab(opts, store, make_control_factory(workdir), workdir, out=out)
     with stop.installed():
         result = lab.run(stop)
-    return summarize(result, store)
+    summary = summarize(result, store)
+    if opts.enforce == "bpf":
+        summary.footer.append(
+            "enforce bpf: selected prefixes' connections start on cubic and switch after the config's "
+            "threshold, so 'bbr on new sockets' (first sightings) stays low; docs/enforce.md shows how to see "
+            "the switched ones"
+        )
+    return summary

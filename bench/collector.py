@@ -1,16 +1,18 @@
 """Benchmark: `dyncc collect --once` against `ss -tin` on ~100k established loopback connections.
 
-    sudo .venv/bin/python bench/collector.py [--conns 100000] [--rounds 5] [--brokers 127.0.0.1:19092]
+    sudo .venv/bin/python bench/collector.py [--conns 100000] [--rounds 5] [--brokers 127.0.0.1:19092] [--timeline]
 
 Creates a namespace (dbench-col-*, --ns-prefix), opens the connections from several holder
 processes (the open-files limit is 20000 per process; each holder keeps both
-ends of its connections), then alternates `ss -tin > /dev/null`,
+ends of its connections), makes one untimed Kafka run (it creates the topic and
+warms the broker), then alternates `ss -tin > /dev/null`,
 `dyncc collect --once --sink file` and `dyncc collect --once --sink kafka`
 (the collector runs in the host namespace and dumps the benchmark namespace
 with --netns, so it can reach the broker on 127.0.0.1).  Prints sockets/s for each, the ratio to ss, and each
 command's peak RSS (from wait4), and the per-poll time of a long-running
-collector (no interpreter start-up) for comparison.  Everything (namespace, holders, topic) is torn
-down at the end.
+collector (no interpreter start-up) for comparison.  With --timeline the
+one-shot runs log their timeline (-v) and the median of each moment is printed.
+Everything (namespace, holders, topic) is torn down at the end.
 Note: the kernel walks one socket hash table for every namespace, so other
 sockets on the host (other benchmarks, tests) slow every dump; run it alone.
 Not part of the test suite.
@@ -67,17 +69,43 @@ def hold(conns: int, port: int, addr: str) -> None:
     sys.stdin.read()  # until the parent closes our stdin
 
 
-def timed(cmd: list[str], stdout: int | None = subprocess.DEVNULL) -> tuple[float, int, int]:
-    """(seconds, exit code, peak RSS in KiB) of one command."""
+def timed(
+    cmd: list[str], stdout: int | None = subprocess.DEVNULL, moments: dict[str, list[float]] | None = None
+) -> tuple[float, int, int]:
+    """(seconds, exit code, peak RSS in KiB) of one command.
+
+    With `moments`, the command's `timeline:` log line (a one-shot collector
+    run with -v, collector/telemetry/timeline.py) is added to it: each moment
+    in milliseconds since this function started the process, and "exit".
+    """
+    started = time.monotonic_ns()
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    took = time.perf_counter() - t0
+    with tempfile.TemporaryFile() as errfile:  # a pipe could fill up and block a chatty -v run
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=errfile)
+        _, status, usage = os.wait4(proc.pid, 0)
+        took = time.perf_counter() - t0
+        errfile.seek(0)
+        err = errfile.read().decode(errors="replace")
     proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode != 0:
         print(f"  {' '.join(cmd[-6:])} exited {proc.returncode}: {err.strip()[-500:]}", file=sys.stderr)
+    if moments is not None:
+        _add_moments(err, started, took, moments)
     return took, proc.returncode, usage.ru_maxrss
+
+
+def _add_moments(err: str, started_ns: int, took: float, moments: dict[str, list[float]]) -> None:
+    m = re.search(r"timeline: start=([\d.]+)((?: [\w]+=[+\d.]+(?:ms)?)*)", err)
+    if not m:
+        return
+    base = float(m.group(1)) - started_ns / 1e6  # the collector's first mark, ms after the spawn
+    moments.setdefault("start", []).append(base)
+    for name, value in re.findall(r"(\w+)=([+\d.]+(?:ms)?)", m.group(2)):
+        if value.endswith("ms"):  # a time spent, not a moment
+            moments.setdefault(name, []).append(float(value[:-2]))
+        else:
+            moments.setdefault(name, []).append(base + float(value))
+    moments.setdefault("exit", []).append(took * 1e3)
 
 
 def daemon_polls(ns: str, brokers: str, topic: str, polls: int) -> list[float]:
@@ -152,6 +180,12 @@ def main() -> int:
     ap.add_argument("--no-kafka", action="store_true")
     ap.add_argument("--topic-prefix", default="dbench_col_", help="prefix of the Kafka topic written")
     ap.add_argument("--ns-prefix", default="dbench-", help="prefix of the namespace made")
+    ap.add_argument(
+        "--timeline",
+        action="store_true",
+        help="run the one-shot collectors with -v and print the median time (ms after the spawn) "
+        "of each moment of their timeline",
+    )
     ap.add_argument("--hold", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--addr", help=argparse.SUPPRESS)
@@ -208,37 +242,32 @@ def main() -> int:
 
         topic = f"{args.topic_prefix}{uuid.uuid4().hex[:8]}"
         common = ["--once", "--no-default-excludes", "--host", "bench", "--pop", "lab"]
+        if args.timeline:
+            common.append("-v")
+        moments: dict[str, dict[str, list[float]]] = {"collect file": {}, "collect kafka": {}}
         runs: dict[str, list[tuple[float, int, int]]] = {
             "ss -tin": [],
             "collect file": [],
             "collect kafka": [],
         }
+        kafka_cmd = [DYNCC, "collect", *common, "--netns", ns, "--sink", "kafka", "--brokers", args.brokers]
+        if not args.no_kafka:  # untimed: creates the topic and warms the broker and the page cache
+            timed([*kafka_cmd, "--topic", topic])
         for r in range(args.rounds):
             runs["ss -tin"].append(timed(["ip", "netns", "exec", ns, "ss", "-tin"]))
             out = tmp / f"batches-{r}.bin"
             runs["collect file"].append(
-                timed([DYNCC, "collect", *common, "--netns", ns, "--sink", "file", "--out", str(out)])
+                timed(
+                    [DYNCC, "collect", *common, "--netns", ns, "--sink", "file", "--out", str(out)],
+                    moments=moments["collect file"] if args.timeline else None,
+                )
             )
             if r == 0:
                 print(f"file sink wrote {out.stat().st_size / 1e6:.1f} MB for one poll")
             out.unlink(missing_ok=True)
             if not args.no_kafka:
                 runs["collect kafka"].append(
-                    timed(
-                        [
-                            DYNCC,
-                            "collect",
-                            *common,
-                            "--netns",
-                            ns,
-                            "--sink",
-                            "kafka",
-                            "--brokers",
-                            args.brokers,
-                            "--topic",
-                            topic,
-                        ]
-                    )
+                    timed([*kafka_cmd, "--topic", topic], moments=moments["collect kafka"] if args.timeline else None)
                 )
         steady = [] if args.no_kafka else daemon_polls(ns, args.brokers, topic, args.rounds)
         base = statistics.median(t for t, _, _ in runs["ss -tin"])
@@ -261,6 +290,12 @@ def main() -> int:
                 + f"  vs ss per run {spread([t for t, _, _ in got])}"
                 + (f"  ({fails} failed)" if fails else "")
             )
+        for name, got_moments in moments.items():
+            if got_moments:
+                print(
+                    f"{name} timeline, median ms after the spawn (spans: ms spent): "
+                    + " ".join(f"{k}={statistics.median(v):.1f}" for k, v in got_moments.items())
+                )
         if steady:
             med = statistics.median(steady)
             print(

@@ -12,4 +12,5 @@ __all__ = [
     "settings",
     "sinks",
     "start",
+    "timeline",
 ]

@@ -12,10 +12,21 @@ import argparse
 import gc
 import os
 import sys
+from typing import TYPE_CHECKING
 
+from collector.telemetry import timeline
 from collector.telemetry.prefetch import Prefetch
 from collector.telemetry.settings import CollectSettings
-from collector.telemetry.start import discard_early_prefetch, exit_now, process_is_dyncc, start_prefetch
+from collector.telemetry.start import (
+    discard_early_prefetch,
+    exit_now,
+    process_is_dyncc,
+    start_kafka,
+    start_prefetch,
+)
+
+if TYPE_CHECKING:
+    from collector.telemetry.sinks import KafkaStart
 
 SETTINGS = CollectSettings
 
@@ -31,13 +42,16 @@ def run(settings: CollectSettings) -> int:
     once = settings.once
     gc_was_enabled = gc.isenabled()
     prefetch = None
+    kafka = None
     if once:
         gc.disable()  # a one-shot run frees its memory by exiting
         prefetch = start_prefetch(settings.dump_plan_settings())
+        if settings.sink == "kafka":  # connects in librdkafka's threads while numpy loads
+            kafka = start_kafka(settings)
     else:
         discard_early_prefetch()  # "--once" was an option's value: no one-shot run after all
     try:
-        code = _run(settings, prefetch)
+        code = _run(settings, prefetch, kafka)
     finally:
         if prefetch is not None:
             prefetch.close()
@@ -48,11 +62,12 @@ def run(settings: CollectSettings) -> int:
     return code
 
 
-def _run(cfg: CollectSettings, prefetch: Prefetch | None) -> int:
+def _run(cfg: CollectSettings, prefetch: Prefetch | None, kafka: KafkaStart | None) -> int:
     from collector.telemetry.metrics import CollectMetrics
     from collector.telemetry.runner import CollectLoop, make_sink
     from dyncc_common.runtime import StopFlag, setup_logging, start_metrics
 
+    timeline.mark("imported")
     setup_logging(cfg.verbose)
     if not cfg.once and process_is_dyncc():
         from dyncc_common.heap import keep_freed_memory
@@ -60,7 +75,8 @@ def _run(cfg: CollectSettings, prefetch: Prefetch | None) -> int:
         keep_freed_memory()  # each poll cycles ~50 MB of buffers per 100k sockets: reuse them
     metrics = CollectMetrics(prometheus=cfg.metrics_port != 0)
     start_metrics(cfg.metrics_port, metrics.registry)
-    sink = make_sink(cfg, metrics)
+    sink = make_sink(cfg, metrics, kafka)
+    timeline.mark("sink")
     stop = StopFlag()
     with stop.installed():
         try:

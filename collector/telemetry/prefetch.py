@@ -43,6 +43,7 @@ from collector.netlink.sockdiag import (
     open_diag_socket,
     walk_messages,
 )
+from collector.telemetry import timeline
 
 if TYPE_CHECKING:
     from collector.netlink.sockdiag_dump import DumpResult
@@ -213,6 +214,7 @@ class Prefetch:
         from collector.netlink.sockdiag_dump import DumpResult, process_chunk
 
         job = self.jobs[index]
+        timeline.mark(f"parse{index}")
         res = DumpResult()
         failure: DumpError | None = None
         while True:
@@ -258,7 +260,9 @@ class Prefetch:
             timeout = None if deadline is None else deadline - time.monotonic()
             if timeout is not None and timeout <= 0:
                 raise DumpTimeout("poll timeout during the netlink dump")
+            waited = time.monotonic_ns()
             got, _, _ = select.select([self.ready], [], [], timeout)
+            timeline.spent("helper_wait", time.monotonic_ns() - waited)
             if not got:
                 raise DumpTimeout("poll timeout during the netlink dump")
             part = os.read(self.ready, n - len(out))

@@ -16,18 +16,21 @@ import random
 import time
 
 from collector.netlink.sockdiag import DumpTimeout
+from collector.telemetry import timeline
 from collector.telemetry.metrics import CollectMetrics
 from collector.telemetry.poller import Poller, PollResult
 from collector.telemetry.prefetch import Prefetch
 from collector.telemetry.settings import CollectSettings
-from collector.telemetry.sinks import FileSink, KafkaSink, Sink, StdoutSink
+from collector.telemetry.sinks import FileSink, KafkaSink, KafkaStart, Sink, StdoutSink
+from collector.telemetry.start import start_kafka
 from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag
 
 log = logging.getLogger("dyncc.collect")
 
 
-def make_sink(cfg: CollectSettings, metrics: CollectMetrics) -> Sink:
+def make_sink(cfg: CollectSettings, metrics: CollectMetrics, kafka: KafkaStart | None = None) -> Sink:
+    """The configured sink; for Kafka on `kafka`'s producer if given (start.start_kafka), else a new one."""
     if cfg.sink == "file":
         try:
             return FileSink(cfg.out, metrics, rotate_bytes=cfg.rotate_bytes, keep=cfg.keep)
@@ -42,9 +45,7 @@ def make_sink(cfg: CollectSettings, metrics: CollectMetrics) -> Sink:
             cfg.host,
             metrics,
             queue_max_bytes=cfg.queue_max_bytes,
-            linger_ms=min(cfg.linger_ms, 5) if cfg.once else cfg.linger_ms,
-            extra=dict(cfg.kafka),
-            quiet=cfg.once,  # the run's one closing line says what went wrong
+            start=kafka if kafka is not None else start_kafka(cfg),
         )
     except Exception as exc:  # confluent_kafka.KafkaException on bad settings
         raise ConfigError(f"bad Kafka settings: {exc}") from exc
@@ -94,6 +95,8 @@ class CollectLoop:
             log.warning("poll abandoned after %.3fs (timeout %.3fs)", took, self.cfg.timeout)
             return took
         self.sink.end_poll()
+        if self.cfg.once:
+            timeline.mark("polled")
         took = time.monotonic() - t0
         record(self.metrics, result, took)
         self.polls += 1
@@ -131,6 +134,7 @@ class CollectLoop:
         if self.stop.is_set():
             log.info("stopping (%s): flushing the sink", self.stop.signal_name or "stop")
         undelivered = self.sink.close(cfg.flush_timeout)
+        timeline.mark("closed")
         if undelivered:
             reason = self.sink.last_error() if isinstance(self.sink, KafkaSink) else ""
             log.error(
@@ -139,7 +143,11 @@ class CollectLoop:
                 f" ({reason})" if reason else "",
                 f"; {self.last_summary}" if cfg.once and self.last_summary else "",
             )
+            if cfg.once:
+                log.debug("timeline: %s", timeline.line())
             return 1
         if cfg.once and self.last_summary:
             log.info("%s", self.last_summary)
+        if cfg.once:
+            log.debug("timeline: %s", timeline.line())
         return 0

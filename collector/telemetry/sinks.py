@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
+from collector.telemetry import timeline
 from collector.telemetry.metrics import CollectMetrics
 from dyncc_common.kafka_log import KafkaLog
 
@@ -85,23 +86,26 @@ class _QueuedPoll:
         return sum(len(b) for b in self.batches[self.next :])
 
 
-class KafkaSink(_PollSink):
+class KafkaStart:
+    """A Kafka producer created ahead of its KafkaSink, or why it could not be.
+
+    A one-shot run creates it before importing numpy, so that librdkafka loads
+    and connects (in its own threads) while the rest of the collector loads;
+    the sink raises `error` (bad settings) where it would have created the
+    producer itself.
+    """
+
     def __init__(
         self,
         brokers: str,
-        topic: str,
         key: str,
-        metrics: CollectMetrics,
         *,
-        queue_max_bytes: int = 64 << 20,
         linger_ms: int = 50,
         message_timeout_ms: int = 300_000,
         extra: dict[str, Any] | None = None,
         quiet: bool = False,
         log_interval: float = 10.0,
     ) -> None:
-        from collector.telemetry.kafka_producer import producer_class
-
         self.brokers = brokers
         self.kafka_log = KafkaLog(logging.getLogger("dyncc.kafka"), interval=log_interval, quiet=quiet)
         conf: dict[str, Any] = {
@@ -122,7 +126,50 @@ class KafkaSink(_PollSink):
             "error_cb": self.kafka_log.error,
         }
         conf.update(extra or {})
-        self.producer = producer_class()(conf)
+        self.producer: Any = None
+        self.error: Exception | None = None
+        try:
+            from collector.telemetry.kafka_producer import producer_class
+
+            self.producer = producer_class()(conf)
+        except Exception as exc:  # confluent_kafka.KafkaException on bad settings, ImportError
+            self.error = exc
+
+
+class KafkaSink(_PollSink):
+    def __init__(
+        self,
+        brokers: str,
+        topic: str,
+        key: str,
+        metrics: CollectMetrics,
+        *,
+        queue_max_bytes: int = 64 << 20,
+        linger_ms: int = 50,
+        message_timeout_ms: int = 300_000,
+        extra: dict[str, Any] | None = None,
+        quiet: bool = False,
+        log_interval: float = 10.0,
+        start: KafkaStart | None = None,
+    ) -> None:
+        """A sink on `start`'s producer, or on a new one made from the other arguments (no `start`).
+
+        Raises the producer's creation error (bad settings)."""
+        if start is None:
+            start = KafkaStart(
+                brokers,
+                key,
+                linger_ms=linger_ms,
+                message_timeout_ms=message_timeout_ms,
+                extra=extra,
+                quiet=quiet,
+                log_interval=log_interval,
+            )
+        if start.error is not None:
+            raise start.error
+        self.brokers = start.brokers
+        self.kafka_log = start.kafka_log
+        self.producer = start.producer
         self.topic = topic
         self.key = key.encode()
         self.metrics = metrics
@@ -141,6 +188,8 @@ class KafkaSink(_PollSink):
             self.metrics.delivery_failures.inc()
             self.kafka_log.note(logging.WARNING, "delivery", f"kafka delivery failed: {err}")
         else:
+            if not self.delivered:
+                timeline.mark("first_ack")
             self.delivered += 1
             self.metrics.delivered.inc()
 
@@ -220,6 +269,7 @@ class KafkaSink(_PollSink):
         while self.queue and time.monotonic() < deadline:
             self._pump()
             self.producer.poll(0.05)
+        timeline.mark("handed_over")
         left = self.producer.flush(max(deadline - time.monotonic(), 0.0))
         unsent = sum(len(p.batches) - p.next for p in self.queue)
         self._gauges()
@@ -264,11 +314,12 @@ class FileSink(_PollSink):
         self.size = 0
 
     def send(self, data: bytes) -> None:
-        record = _LEN.pack(len(data)) + data
-        if self.size and self.size + len(record) > self.rotate_bytes:
+        size = _LEN.size + len(data)
+        if self.size and self.size + size > self.rotate_bytes:
             self._rotate()
-        self.fh.write(record)
-        self.size += len(record)
+        self.fh.write(_LEN.pack(len(data)))
+        self.fh.write(data)  # not joined with its length: that would copy every batch once more
+        self.size += size
         self.metrics.delivered.inc()
 
     def end_poll(self) -> None:

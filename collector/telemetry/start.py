@@ -11,6 +11,9 @@
   report it).  A prefetch the poller does not use changes nothing: the
   poller takes a prefetched dump only for the namespace, family and states
   it was asked for, and dumps anything else itself.
+- start_kafka: the Kafka producer of a run, made from its settings; a
+  one-shot run makes it right after the fork, before numpy loads, so that
+  librdkafka connects to the broker meanwhile (runner.make_sink takes it).
 - process_is_dyncc: True only when this process is the `dyncc` command itself
   (not a test or another program calling the CLI in-process).
 - exit_now: end a finished one-shot run without the interpreter's teardown.
@@ -22,11 +25,16 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from collector.netlink.sockdiag import namespaces_to_dump, parse_states, state_mask
+from collector.telemetry import timeline
 from collector.telemetry.prefetch import Prefetch
 from dyncc_common.errors import ConfigError
+
+if TYPE_CHECKING:
+    from collector.telemetry.settings import CollectSettings
+    from collector.telemetry.sinks import KafkaStart
 
 #: the settings that decide the kernel dump (CollectSettings dests)
 DUMP_SETTINGS = ("state", "netns", "all_netns")
@@ -67,6 +75,7 @@ def start_early_prefetch(argv: list[str]) -> None:
     plan = dump_plan({key: given.get(key, defaults[key]) for key in DUMP_SETTINGS})
     if plan is not None:
         _early = Prefetch.start(*plan)
+        timeline.mark("forked")
 
 
 def discard_early_prefetch() -> None:
@@ -86,7 +95,26 @@ def start_prefetch(raw: dict[str, Any]) -> Prefetch | None:
         if plan is not None and early.plan() == plan:
             return early
         early.close()
-    return Prefetch.start(*plan) if plan is not None else None
+    if plan is None:
+        return None
+    started = Prefetch.start(*plan)
+    timeline.mark("forked")
+    return started
+
+
+def start_kafka(cfg: CollectSettings) -> KafkaStart:
+    """The Kafka producer of a --sink kafka run, created now (its error kept for the sink to raise)."""
+    from collector.telemetry.sinks import KafkaStart
+
+    start = KafkaStart(
+        cfg.brokers,
+        cfg.host,
+        linger_ms=min(cfg.linger_ms, 5) if cfg.once else cfg.linger_ms,
+        extra=dict(cfg.kafka),
+        quiet=cfg.once,  # the run's one closing line says what went wrong
+    )
+    timeline.mark("producer")
+    return start
 
 
 def process_is_dyncc() -> bool:

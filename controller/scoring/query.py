@@ -10,7 +10,10 @@ The SQL does the heavy part inside ClickHouse 18.16 / chDB.  Per round:
      RECHECK_BUCKETS buckets are re-checked against the source each round;
      data arriving later than that for an older bucket is not seen;
   2. score: thresholds per (pop, bucket), bad/good, duty cycle and flap ratio per
-     prefix from the cache (scoring_timeline.sql, scoring_prefixes.sql).
+     prefix from the cache (scoring_timeline.sql, scoring_prefixes.sql: per prefix two
+     bitmasks of its counted and bad buckets, the flaps counted from them in
+     controller/scoring/flaps.py; a window of more than 64 buckets, which the masks
+     cannot hold, takes scoring_prefixes_long.sql, which counts them in SQL).
 A prefix is one client network: the source rows of its socket families (an IPv4
 client on IPv4 and on IPv6 sockets, ::ffff:a.b.c.d, has the same IPv4 prefix)
 are merged, and `family` is the prefix's (2 or 10, from its text).
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from controller.scoring.flaps import MASK_BUCKETS, flap_ratio, transitions
 from controller.scoring.frames import by_pop_prefix, columns_of, frame
 from controller.scoring.settings import ScoringConfig
 from controller.store.sql import query, splice, strip_comments, values_list
@@ -189,15 +193,25 @@ def timeline_sql(keys: list[CacheKey]) -> str:
     return splice(query("scoring_timeline"), {"versions": versions})
 
 
-def prefixes_sql(keys: list[CacheKey]) -> str:
-    return splice(query("scoring_prefixes"), {"timeline": timeline_sql(keys)})
+def packs_masks(window: Window) -> bool:
+    """Whether one bitmask per prefix holds the window's buckets (scoring_prefixes.sql)."""
+    return window.buckets <= MASK_BUCKETS
+
+
+def prefixes_sql(keys: list[CacheKey], window: Window) -> str:
+    name = "scoring_prefixes" if packs_masks(window) else "scoring_prefixes_long"
+    return splice(query(name), {"timeline": timeline_sql(keys)})
 
 
 def score_prefixes(store: Store, cfg: ScoringConfig, window: Window, pop: str, keys: list[CacheKey]) -> pd.DataFrame:
-    """One row per (pop, prefix) seen in the window (sql/queries/scoring_prefixes.sql)."""
+    """One row per (pop, prefix) seen in the window (sql/queries/scoring_prefixes*.sql)."""
     if not keys:
         return normalize_scores(None)
-    return normalize_scores(store.query_df(prefixes_sql(keys), base_params(cfg, window, pop)))
+    df = store.query_df(prefixes_sql(keys, window), base_params(cfg, window, pop))
+    if packs_masks(window) and len(df):
+        changes = transitions(df["counted_mask"].to_numpy(), df["bad_mask"].to_numpy(), window.buckets)
+        df = df.assign(transitions=changes, flap_ratio=flap_ratio(changes, df["counted_buckets"].to_numpy()))
+    return normalize_scores(df)
 
 
 def prefix_timeline(

@@ -1,7 +1,11 @@
 -- Per (pop, prefix) scores over the lookback window, from scoring_timeline.sql
--- (composed by controller/scoring/query.py).  Only buckets where the prefix counted:
+-- (composed by controller/scoring/query.py), for windows of at most 64 buckets
+-- (scoring_prefixes_long.sql: longer ones).  Only buckets where the prefix counted:
 --   duty_cycle = bad / counted buckets
---   flap_ratio = bad<->good changes between consecutive counted buckets / (counted - 1)
+--   counted_mask, bad_mask = bit i set: the prefix counted / was bad in bucket i of the
+--     window, i = (bucket - %(start)s) / %(bucket_seconds)s; controller/scoring/flaps.py
+--     counts the bad<->good changes between consecutive counted buckets from them
+--     (transitions, flap_ratio): two numbers per prefix instead of a sorted array
 --   median_delivery_rate, low_delivery_rate, median_min_rtt_ms = the per-bucket median
 --     delivery_rate, 10th percentile delivery_rate and median min_rtt, averaged over
 --     the counted buckets (averages: a median across buckets costs more than the rest
@@ -18,10 +22,9 @@ SELECT
     qualifying,
     counted_buckets,
     bad_buckets,
-    toUInt32(arraySum(arrayMap((a, b) -> a != b, arrayPopFront(flags), arrayPopBack(flags))))
-        AS transitions,
+    counted_mask,
+    bad_mask,
     if(counted_buckets > 0, bad_buckets / counted_buckets, 0.) AS duty_cycle,
-    if(counted_buckets > 1, transitions / (counted_buckets - 1), 0.) AS flap_ratio,
     median_delivery_rate,
     low_delivery_rate,
     median_min_rtt_ms,
@@ -36,14 +39,20 @@ FROM
         toUInt64(sum(qualifying)) AS qualifying,
         toUInt32(sum(counted)) AS counted_buckets,
         toUInt32(sum(bad)) AS bad_buckets,
-        -- bucket and bad packed in one number: one numeric sort orders the timeline
-        arrayMap(c -> c % 2, arraySort(groupArrayIf(toUInt64(toUInt32(bucket)) * 2 + bad, counted)))
-            AS flags,
+        groupBitOr(bitShiftLeft(toUInt64(counted), slot)) AS counted_mask,
+        groupBitOr(bitShiftLeft(toUInt64(bad), slot)) AS bad_mask,
         if(counted_buckets > 0, sumIf(stat, counted) / counted_buckets, nan) AS median_delivery_rate,
         if(counted_buckets > 0, sumIf(low, counted) / counted_buckets, nan) AS low_delivery_rate,
         if(counted_buckets > 0, sumIf(rtt, counted) / counted_buckets / 1000., nan) AS median_min_rtt_ms,
         toUInt32(sumIf(rtt < %(min_rtt_us)s, counted)) AS low_rtt_buckets
-    FROM ({{timeline}})
+    FROM
+    (
+        SELECT
+            *,
+            -- the bucket's bit (0..63: the caller sends no longer window)
+            toUInt8(intDiv(toUInt32(bucket) - toUInt32(%(start)s), %(bucket_seconds)s)) AS slot
+        FROM ({{timeline}})
+    )
     GROUP BY key  -- cityHash64(pop, prefix): one fixed-width key groups faster than two strings
 )
 ORDER BY pop, prefix

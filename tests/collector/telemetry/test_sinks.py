@@ -23,7 +23,7 @@ import pytest
 from collector.telemetry.filters import FilterSpec
 from collector.telemetry.metrics import CollectMetrics
 from collector.telemetry.poller import Poller, PollerConfig
-from collector.telemetry.sinks import KafkaSink
+from collector.telemetry.sinks import KafkaSink, KafkaStart
 from schemas.tcpinfo_decode import decode_batch
 from tests.support.kafka import consume
 from tests.support.private_server import PrivateServer
@@ -108,6 +108,24 @@ def test_round_trip_through_kafka(kafka_brokers: str, kafka_topic: str) -> None:
         want = sent[d.sequence]
         for name, col in want.columns.items():
             np.testing.assert_array_equal(d.columns[name], col, err_msg=name)
+
+
+def test_sink_on_a_producer_made_earlier(kafka_brokers: str, kafka_topic: str) -> None:
+    """KafkaStart's producer is the sink's: what the sink sends arrives; a creation error is raised by the sink."""
+    start = KafkaStart(kafka_brokers, "t-edge", linger_ms=5, quiet=True)
+    assert start.error is None
+    metrics = CollectMetrics(prometheus=False)
+    sink = KafkaSink(kafka_brokers, kafka_topic, "t-edge", metrics, start=start)
+    assert sink.producer is start.producer
+    batches = [b"one", b"two", b"three"]
+    sink.send_poll(batches)
+    assert sink.close(30) == 0
+    assert sorted(consume(kafka_brokers, kafka_topic, 3)) == sorted(batches)
+
+    bad = KafkaStart(kafka_brokers, "t-edge", extra={"no.such.setting": "x"})
+    assert bad.producer is None and bad.error is not None
+    with pytest.raises(Exception, match=r"no\.such\.setting"):
+        KafkaSink(kafka_brokers, kafka_topic, "t-edge", metrics, start=bad)
 
 
 def test_sigterm_flushes_queued_batches(kafka_brokers: str, kafka_topic: str) -> None:

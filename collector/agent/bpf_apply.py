@@ -16,7 +16,6 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from collector.agent.apply import ApplyOutcome
 from collector.agent.bpf_maps import BPF_MAP_TYPE_LPM_TRIE, BPF_MAP_TYPE_PERCPU_ARRAY, BpfMapError, PinnedMap
@@ -53,14 +52,6 @@ def netns_cookie(netns: str | None) -> int:
             return int.from_bytes(sock.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8), "little")
 
     return in_netns(netns, cookie)
-
-
-@dataclass
-class _Writes:
-    added: int = 0
-    removed: int = 0
-    replaced: int = 0
-    kept: int = 0
 
 
 class BpfApplier:
@@ -128,7 +119,7 @@ class BpfApplier:
 
     # ----------------------------------------------------------------- writes
 
-    def _write(self, current: Maps, target: Maps, counts: _Writes | None = None) -> None:
+    def _write(self, current: Maps, target: Maps, counts: ApplyOutcome | None = None) -> None:
         for name in SELECTION_MAPS:
             delete, put = diff_map(current.get(name, {}), target.get(name, {}))
             with self._open(name) as bpf_map:
@@ -177,11 +168,11 @@ class BpfApplier:
         except (BpfMapError, BpfProgramError) as exc:  # nothing written yet: nothing to roll back
             self._writes_left = None
             return ApplyOutcome(ok=False, errors=[str(exc)], seconds=time.monotonic() - started)
-        counts = _Writes()
+        written = ApplyOutcome(ok=True)  # the writes' counts: the outcome if the apply succeeds
         outcome = ApplyOutcome(ok=True)
         try:
             if self.program.loaded():
-                self._write(before, target, counts)
+                self._write(before, target, written)
                 problems = readback_problems(target, self.read_maps())
                 if problems:
                     raise BpfMapError("read-back: " + "; ".join(problems))
@@ -196,12 +187,7 @@ class BpfApplier:
             outcome.rolled_back = True
             outcome.owned = sum(len(m) for m in before.values())
         else:
-            outcome.added, outcome.removed, outcome.replaced, outcome.kept = (
-                counts.added,
-                counts.removed,
-                counts.replaced,
-                counts.kept,
-            )
+            outcome = written
             outcome.owned = sum(len(m) for m in target.values())
         self._writes_left = None
         outcome.seconds = time.monotonic() - started

@@ -39,14 +39,8 @@ def make_sink(cfg: CollectSettings, metrics: CollectMetrics, kafka: KafkaStart |
     if cfg.sink == "stdout":
         return StdoutSink(metrics)
     try:
-        return KafkaSink(
-            cfg.brokers,
-            cfg.topic,
-            cfg.host,
-            metrics,
-            queue_max_bytes=cfg.queue_max_bytes,
-            start=kafka if kafka is not None else start_kafka(cfg),
-        )
+        start = kafka if kafka is not None else start_kafka(cfg)
+        return KafkaSink(start, cfg.topic, metrics, queue_max_bytes=cfg.queue_max_bytes)
     except Exception as exc:  # confluent_kafka.KafkaException on bad settings
         raise ConfigError(f"bad Kafka settings: {exc}") from exc
 

@@ -87,12 +87,11 @@ class _QueuedPoll:
 
 
 class KafkaStart:
-    """A Kafka producer created ahead of its KafkaSink, or why it could not be.
+    """A Kafka producer for a KafkaSink (its settings, key and log), or why it could not be made.
 
     A one-shot run creates it before importing numpy, so that librdkafka loads
     and connects (in its own threads) while the rest of the collector loads;
-    the sink raises `error` (bad settings) where it would have created the
-    producer itself.
+    the sink raises `error` (bad settings, no librdkafka) when it is built on it.
     """
 
     def __init__(
@@ -107,6 +106,7 @@ class KafkaStart:
         log_interval: float = 10.0,
     ) -> None:
         self.brokers = brokers
+        self.key = key
         self.kafka_log = KafkaLog(logging.getLogger("dyncc.kafka"), interval=log_interval, quiet=quiet)
         conf: dict[str, Any] = {
             "bootstrap.servers": brokers,
@@ -138,40 +138,16 @@ class KafkaStart:
 
 class KafkaSink(_PollSink):
     def __init__(
-        self,
-        brokers: str,
-        topic: str,
-        key: str,
-        metrics: CollectMetrics,
-        *,
-        queue_max_bytes: int = 64 << 20,
-        linger_ms: int = 50,
-        message_timeout_ms: int = 300_000,
-        extra: dict[str, Any] | None = None,
-        quiet: bool = False,
-        log_interval: float = 10.0,
-        start: KafkaStart | None = None,
+        self, start: KafkaStart, topic: str, metrics: CollectMetrics, *, queue_max_bytes: int = 64 << 20
     ) -> None:
-        """A sink on `start`'s producer, or on a new one made from the other arguments (no `start`).
-
-        Raises the producer's creation error (bad settings)."""
-        if start is None:
-            start = KafkaStart(
-                brokers,
-                key,
-                linger_ms=linger_ms,
-                message_timeout_ms=message_timeout_ms,
-                extra=extra,
-                quiet=quiet,
-                log_interval=log_interval,
-            )
+        """A sink on `start`'s producer, keyed by its key; raises the producer's creation error."""
         if start.error is not None:
             raise start.error
         self.brokers = start.brokers
         self.kafka_log = start.kafka_log
         self.producer = start.producer
         self.topic = topic
-        self.key = key.encode()
+        self.key = start.key.encode()
         self.metrics = metrics
         self.queue: deque[_QueuedPoll] = deque()
         self.open: _QueuedPoll | None = None  # the poll being sent

@@ -21,7 +21,7 @@ from typing import Any
 from collector.telemetry.filters import DEFAULT_EXCLUDES, FilterSpec, parse_networks
 from collector.telemetry.metrics import CollectMetrics
 from collector.telemetry.poller import Poller, PollerConfig
-from collector.telemetry.sinks import KafkaSink
+from collector.telemetry.sinks import KafkaSink, KafkaStart
 from controller.ingest.kafka import KafkaConfig, KafkaLoader
 from controller.ingest.writer import BatchWriter
 from controller.lab.telemetry import NewSockets, Recorder
@@ -90,7 +90,7 @@ class TelemetryPipeline:
 
     def _start_kafka(self, brokers: str, topic: str) -> None:
         ensure_topic(brokers, topic, compact=False)
-        self._sinks = [KafkaSink(brokers, topic, e.host, CollectMetrics(), linger_ms=5) for e in self.edges]
+        self._sinks = [KafkaSink(KafkaStart(brokers, e.host, linger_ms=5), topic, CollectMetrics()) for e in self.edges]
         cfg = KafkaConfig(brokers=brokers, topic=topic, group=f"{topic}-ingest", max_wait=0.3)
         self._loader = KafkaLoader(self.writer, cfg, self._loader_stop)
         self._loader_thread = threading.Thread(target=self._loader.run, name="lab-ingest", daemon=True)

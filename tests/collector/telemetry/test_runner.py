@@ -16,7 +16,7 @@ import pytest
 from collector.telemetry.metrics import CollectMetrics
 from collector.telemetry.runner import CollectLoop
 from collector.telemetry.settings import CollectSettings
-from collector.telemetry.sinks import FileSink, KafkaSink, StdoutSink, read_records
+from collector.telemetry.sinks import FileSink, KafkaSink, KafkaStart, StdoutSink, read_records
 from controller.cli import main as cli_main
 from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag
@@ -173,14 +173,10 @@ def test_stdout_sink_one_json_line_per_socket(tmp_path: Path) -> None:
 
 def _unreachable_kafka_sink(metrics: CollectMetrics, queue_max_bytes: int, librdkafka_messages: int) -> KafkaSink:
     """A Kafka sink whose broker never answers (nothing listens on 127.0.0.1:9): its queues fill up."""
-    return KafkaSink(
-        "127.0.0.1:9",
-        "t",
-        "h",
-        metrics,
-        queue_max_bytes=queue_max_bytes,
-        extra={"queue.buffering.max.messages": librdkafka_messages, "message.timeout.ms": 1000},
+    start = KafkaStart(
+        "127.0.0.1:9", "h", extra={"queue.buffering.max.messages": librdkafka_messages, "message.timeout.ms": 1000}
     )
+    return KafkaSink(start, "t", metrics, queue_max_bytes=queue_max_bytes)
 
 
 def test_kafka_queue_drops_oldest_whole_poll() -> None:

@@ -96,7 +96,7 @@ def test_round_trip_through_kafka(kafka_brokers: str, kafka_topic: str) -> None:
     batches = Poller(cfg).poll().batches
     assert len(batches) >= 2
     metrics = CollectMetrics(prometheus=False)
-    sink = KafkaSink(kafka_brokers, kafka_topic, "t-edge", metrics)
+    sink = KafkaSink(KafkaStart(kafka_brokers, "t-edge"), kafka_topic, metrics)
     sink.send_poll(batches)
     assert sink.close(30) == 0
     assert metrics.value("dyncc_collect_batches_delivered_total") == len(batches)
@@ -115,7 +115,7 @@ def test_sink_on_a_producer_made_earlier(kafka_brokers: str, kafka_topic: str) -
     start = KafkaStart(kafka_brokers, "t-edge", linger_ms=5, quiet=True)
     assert start.error is None
     metrics = CollectMetrics(prometheus=False)
-    sink = KafkaSink(kafka_brokers, kafka_topic, "t-edge", metrics, start=start)
+    sink = KafkaSink(start, kafka_topic, metrics)
     assert sink.producer is start.producer
     batches = [b"one", b"two", b"three"]
     sink.send_poll(batches)
@@ -125,7 +125,7 @@ def test_sink_on_a_producer_made_earlier(kafka_brokers: str, kafka_topic: str) -
     bad = KafkaStart(kafka_brokers, "t-edge", extra={"no.such.setting": "x"})
     assert bad.producer is None and bad.error is not None
     with pytest.raises(Exception, match=r"no\.such\.setting"):
-        KafkaSink(kafka_brokers, kafka_topic, "t-edge", metrics, start=bad)
+        KafkaSink(bad, kafka_topic, metrics)
 
 
 def test_sigterm_flushes_queued_batches(kafka_brokers: str, kafka_topic: str) -> None:

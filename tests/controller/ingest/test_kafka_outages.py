@@ -26,7 +26,7 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from collector.telemetry.metrics import CollectMetrics
-from collector.telemetry.sinks import KafkaSink
+from collector.telemetry.sinks import KafkaSink, KafkaStart
 from controller.store import StoreError
 from tests.conftest import unique_name
 from tests.support.ingest_kafka import count_rows, create_topic, dup_count, make_msgs, produce, total_rows
@@ -347,7 +347,7 @@ def test_librdkafka_messages_during_an_outage_are_rate_limited() -> None:
     old_level = logger.level
     logger.setLevel(logging.DEBUG)
     try:
-        sink = KafkaSink(UNREACHABLE, "t", "h", CollectMetrics(prometheus=False))  # default interval (10 s)
+        sink = KafkaSink(KafkaStart(UNREACHABLE, "h"), "t", CollectMetrics(prometheus=False))  # default interval (10 s)
         sink.send_poll([b"x" * 100])
         t0 = time.monotonic()
         while time.monotonic() - t0 < 4.0:

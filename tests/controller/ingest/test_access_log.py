@@ -626,10 +626,20 @@ def test_cli_follow_loads_what_is_new_serves_metrics_and_stops_on_sigterm(
         _wait("the first lines", lambda: _rows(clickhouse_db_url) == 5, 60, f.log)
         write(path, [good(i) for i in range(5, 12)] + [b"bad"], tail=good(12)[:10], mode="ab")
         _wait("the new lines", lambda: _rows(clickhouse_db_url) == 12, 30, f.log)
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-        assert "dyncc_access_log_rows_total 12.0" in metrics
-        assert "dyncc_access_log_dead_letters_total 1.0" in metrics
-        assert f'dyncc_access_log_behind_bytes{{file="{path}"}} 10.0' in metrics
+        want = (
+            "dyncc_access_log_rows_total 12.0",
+            "dyncc_access_log_dead_letters_total 1.0",
+            f'dyncc_access_log_behind_bytes{{file="{path}"}} 10.0',
+        )
+
+        def scrape() -> str:
+            return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+        # the cycle counts its rows once the insert has returned: the rows can be seen a moment before
+        _wait("the new lines' metrics", lambda: all(w in scrape() for w in want), 30, f.log)
+        metrics = scrape()
+        for w in want:
+            assert w in metrics
     finally:
         rc = f.stop()
     text = f.log.read_text()

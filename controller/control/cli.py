@@ -32,15 +32,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from controller.control.loop import Controller, Metrics
 from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag, setup_logging, start_metrics
 
 if TYPE_CHECKING:
-    from prometheus_client import CollectorRegistry, Gauge
-
     from controller.control.settings import ControlSettings
-    from controller.rollout.publish import Publisher
-    from controller.scoring.desired import PublishOutcome
     from controller.scoring.round import RoundResult
     from controller.store import Store
 
@@ -68,151 +65,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     kill = subparsers.add_parser("kill-switch", help="publish an empty signed config: agents drop every route")
     KillSwitchSettings.add_arguments(kill)
     ControlSettings.add_arguments(kill, only=SHARED)
-
-
-class Metrics:
-    """The controller's Prometheus metrics on a per-instance registry."""
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.rounds = Counter("dyncc_control_rounds", "controller rounds", ["result"], registry=r)
-        self.duration = Histogram(
-            "dyncc_control_round_duration_seconds",
-            "round duration",
-            buckets=(0.5, 1, 2, 5, 10, 30, 60, 120),
-            registry=r,
-        )
-
-        def per_pop(name: str, doc: str) -> Gauge:
-            return Gauge(name, doc, ["pop"], registry=r)
-
-        self.scored = per_pop("dyncc_control_prefixes_scored", "prefixes scored last round")
-        self.selected = per_pop("dyncc_control_prefixes_selected", "prefixes on BBR after last round")
-        self.new = per_pop("dyncc_control_prefixes_new", "prefixes newly selected last round")
-        self.reverted = per_pop("dyncc_control_prefixes_reverted", "prefixes reverted last round")
-        self.holdout = per_pop("dyncc_control_prefixes_holdout", "holdout prefixes last round")
-        self.new_total = Counter("dyncc_control_selected", "prefixes newly selected", ["pop"], registry=r)
-        self.reverted_total = Counter("dyncc_control_reverted", "prefixes reverted", ["pop"], registry=r)
-        self.outcomes = Counter(
-            "dyncc_control_round_outcomes", "per POP and round: what became of the decisions", ["status"], registry=r
-        )
-
-    def observe(self, result: RoundResult) -> None:
-        self.rounds.labels("ok").inc()
-        self.duration.observe(result.seconds)
-        for s in result.summaries:
-            self.scored.labels(s.pop).set(s.scored)
-            self.selected.labels(s.pop).set(s.selected)
-            self.new.labels(s.pop).set(s.new)
-            self.reverted.labels(s.pop).set(s.reverted)
-            self.holdout.labels(s.pop).set(s.holdout)
-            self.new_total.labels(s.pop).inc(s.new)
-            self.reverted_total.labels(s.pop).inc(s.reverted)
-
-
-def round_line(result: RoundResult, dry_run: bool) -> str:
-    """The one log line of a round."""
-    s = result.summaries
-    timing = " ".join(f"{k} {v:.2f}s" for k, v in result.timings.items())
-    change = [x.holdout_change for x in s if math.isfinite(x.holdout_change)]
-    holdout_change = f", holdout change x{change[0]:.2f}" if len(s) == 1 and change else ""
-    return (
-        f"round {result.round_id}{' (dry run)' if dry_run else ''}: window {result.window.start:%H:%M}-"
-        f"{result.window.end:%H:%M} UTC, {len(s)} POPs, scored {sum(x.scored for x in s)}, "
-        f"on BBR {sum(x.selected for x in s)} (+{sum(x.new for x in s)} new, "
-        f"{sum(x.reverted for x in s)} reverted), holdout {sum(x.holdout for x in s)}{holdout_change}"
-        f"{_outcome_text(result)}, {result.seconds:.2f}s [{timing}]"
-    )
-
-
-def _outcome_text(result: RoundResult) -> str:
-    """', configs: 1 published, 1 rejected (lax: over_cap: ...)' — or '' before publishing."""
-    from collections import Counter
-
-    from controller.scoring.desired import NOT_PUBLISHED
-
-    if not result.outcomes:
-        return ""
-    counts = Counter(o.status for o in result.outcomes.values())
-    text = ", configs: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-    failed = [o for _, o in sorted(result.outcomes.items()) if o.status in NOT_PUBLISHED]
-    if failed:
-        text += f" ({failed[0].pop}: {failed[0].reason[:160]})"
-    return text
-
-
-class Controller:
-    """Runs rounds against one store; used by the scheduler and by --once."""
-
-    def __init__(self, store: Store, settings: ControlSettings, metrics: Metrics) -> None:
-        from controller.rollout.validate import refusal
-
-        self.store = store
-        self.settings = settings
-        self.cfg = settings.scoring
-        self.metrics = metrics
-        self.publisher: Publisher | None = None
-        target = settings.rollout.kafka or settings.rollout.publish_dir
-        if not settings.dry_run and not target:
-            log.warning("no --kafka or --publish-dir: desired states are recorded but not published")
-        if not settings.dry_run and target:
-            from controller.rollout.publish import Publisher
-
-            # The publisher's counters go on the controller's registry (one /metrics endpoint).
-            self.publisher = Publisher(store, settings.rollout, metrics.registry)
-        self.refuse = refusal(settings.rollout.validation_policy())  # validation's per-prefix rule, cached
-
-    def round(self, now: dt.datetime | None = None) -> RoundResult | None:
-        from controller.scoring.round import run_round
-        from controller.scoring.state import write_outcomes
-        from controller.store import StoreError
-
-        try:
-            result = run_round(
-                self.store,
-                self.cfg,
-                now or dt.datetime.now(dt.UTC),
-                pop=self.settings.pop,
-                dry_run=self.settings.dry_run,
-                expire_seconds=self.settings.expire_seconds,
-                publishing=self.publisher is not None,
-                refuse=self.refuse,
-            )
-        except StoreError as exc:
-            self.metrics.rounds.labels("error").inc()
-            log.error("round failed: %s", exc)
-            return None
-        self.metrics.observe(result)
-        if self.publisher is not None:  # also with no states: rollouts in flight advance
-            try:
-                outcomes = self.publisher.publish_round(result.states)
-                desired = {s.pop: s for s in result.states}
-                write_outcomes(self.store, [(desired[pop], o) for pop, o in outcomes.items()])
-                result.outcomes = outcomes
-            except Exception as exc:  # the next round retries; never kill the loop
-                self.metrics.rounds.labels("publish_error").inc()
-                log.error("publishing round %s failed: %s", result.round_id, exc)
-                result.outcomes = self._failed(result, str(exc))
-        for outcome in result.outcomes.values():
-            self.metrics.outcomes.labels(outcome.status).inc()
-        log.info("%s", round_line(result, self.settings.dry_run))
-        return result
-
-    def _failed(self, result: RoundResult, why: str) -> dict[str, PublishOutcome]:
-        """Every POP of the round not published (recorded as such when the store allows)."""
-        from controller.scoring.desired import PUBLISH_FAILED, PublishOutcome
-        from controller.scoring.state import write_outcomes
-        from controller.store import StoreError
-
-        outcomes = {s.pop: PublishOutcome(s.pop, PUBLISH_FAILED, reason=why) for s in result.states}
-        try:
-            write_outcomes(self.store, [(s, outcomes[s.pop]) for s in result.states])
-        except StoreError as exc:
-            log.error("round %s: outcome not recorded: %s", result.round_id, exc)
-        return outcomes
 
 
 def next_boundary(now: dt.datetime, every: float, delay: float) -> dt.datetime:
@@ -278,7 +130,7 @@ def _with_store(settings: ControlSettings, body: Callable[[Store], int]) -> int:
 
     store = open_store(str(settings.clickhouse))
     try:
-        for table in ("selections", "scoring_buckets", "tcpinfo_5m"):
+        for table in ("selections", "scoring_buckets", "tcpinfo_5m", "tcpinfo_5m_nal", "trial_rounds"):
             if not store.table_exists(table):
                 raise ConfigError(f"table {table} missing in {store.url.redacted()}: run 'dyncc schema apply' first")
         if settings.pop:  # a POP with no telemetry and no published config is a typo, not "nothing to do"
@@ -299,13 +151,15 @@ def _explain(settings: ControlSettings, pop: str, prefix: str) -> int:
     ran = dataclasses.replace(settings, pop=pop)
 
     def body(store: Store) -> int:
-        print(explain(store, settings.scoring, pop, prefix, when, refuse))
+        print(explain(store, settings.scoring, pop, prefix, when, refuse, settings.evidence))
         return 0
 
     return _with_store(ran, body)
 
 
 def _control(store: Store, settings: ControlSettings) -> int:
+    from controller.control.loop import Controller
+
     metrics = Metrics()
     controller = Controller(store, settings, metrics)
     if settings.once:

@@ -13,6 +13,7 @@ import dataclasses
 import datetime as dt
 from typing import ClassVar
 
+from controller.evidence.settings import EvidenceConfig
 from controller.rollout.settings import RolloutConfig
 from controller.rollout.validate import ValidationPolicy
 from controller.scoring.settings import DECISIONS, ScoringConfig
@@ -108,6 +109,7 @@ class ControlSettings(Settings):
     metrics_port: int = setting(0, INT, "Prometheus port (0 = off)", validator=in_range(0, 65535))
     verbose: bool = reuse(VERBOSE)
     scoring: ScoringConfig = part(ScoringConfig)
+    evidence: EvidenceConfig = part(EvidenceConfig)
     expire_seconds: int = setting(
         "7d", DURATION, "release prefixes not seen for this long", section=DECISIONS, flag="--expire",
         convert=_seconds,

@@ -1,13 +1,13 @@
 """The lab's control step: scoring -> staged publish -> edge agents, once per accelerated round.
 
-The scoring definitions are the controller's own, with the clock scaled: the bucket is the
-lab round; lookback, minimum buckets, minimum hold and cooldown are given in buckets; the
-low-RTT rule is the production one (10 ms: the lab's delay source gives every path class
-but the low-RTT one a longer RTT).  One round scores every POP (controller.scoring.round),
-the lab's own Publisher (controller.rollout.publish, a RolloutConfig in lab seconds, to a
-directory or to Kafka) generates, validates, signs and publishes, staged when a POP has
-several edge hosts: the first host of each POP is its canary, the rest follow after the
-(scaled) soak; this module records the outcomes, and each edge host's agent
+The round is the controller's own (controller/control/loop.py `Controller`, the object
+`dyncc control` schedules: scoring, trials, decisions, the record and the publish), with the
+clock scaled: the bucket is the lab round; lookback, minimum buckets, minimum hold and cooldown
+are given in buckets; the low-RTT rule is the production one (10 ms: the lab's delay source
+gives every path class but the low-RTT one a longer RTT).  Its Publisher is the lab's
+(controller.rollout.publish, a RolloutConfig in lab seconds, to a directory or to Kafka, on
+the round's clock), staged when a POP has several edge hosts: the first host of each POP is
+its canary, the rest follow after the (scaled) soak; each edge host's agent
 (controller/lab/agent.py) applies what targets it.
 """
 
@@ -19,6 +19,9 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from controller.control.loop import Controller, Metrics
+from controller.control.settings import ControlSettings
+from controller.evidence.settings import EvidenceConfig
 from controller.lab.agent import LabAgent
 from controller.lab.loop import LabOptions, threshold_for
 from controller.lab.model import DAY_BUCKETS, ControlOutcome, PrefixScore
@@ -26,11 +29,8 @@ from controller.lab.topology import Topology
 from controller.rollout.publish import Publisher
 from controller.rollout.settings import RolloutConfig
 from controller.rollout.signing import keygen
-from controller.rollout.validate import refusal
-from controller.scoring.round import run_round
 from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringConfig
-from controller.scoring.state import write_outcomes
-from controller.store import Store, StoreError
+from controller.store import Store
 from dyncc_common.errors import DynccError
 from schemas.congestion_pb2 import CongestionConfig
 
@@ -62,9 +62,11 @@ class LabControl:
         kafka: str | None = None,
         config_topic: str = "",
         status_topic: str = "",
+        evidence: EvidenceConfig | None = None,
     ) -> None:
         self.store = store
         self.scoring = scoring
+        self.evidence = evidence or EvidenceConfig()
         self.hosts = hosts or {}  # pop -> edge hosts (first = canary)
         self.staged = staged  # canary first where a POP has several hosts (needs their agents' reports)
         self.agents = list(agents)
@@ -79,7 +81,7 @@ class LabControl:
         else:
             self.private_key, self.public_key = keygen(keys)
         self._publisher: Publisher | None = None
-        self._refuse: Callable[[str], str | None] | None = None  # validation's per-prefix rule
+        self._controller: Controller | None = None
         self._round_ns = 0  # the time published configs carry: the round's (a replay shifts the clock)
 
     def round(self, round_time: dt.datetime, round_no: int) -> ControlOutcome:
@@ -101,24 +103,13 @@ class LabControl:
         return ControlOutcome(scores, routes, note)
 
     def _score_and_publish(self, round_time: dt.datetime) -> tuple[dict[str, PrefixScore], str]:
-        """The scoring component's round (scores, decisions, DesiredState), then the publisher."""
-        publisher = self.publisher()
-        try:
-            res = run_round(
-                self.store,
-                self.scoring,
-                now=round_time,
-                expire_seconds=EXPIRE_BUCKETS * self.scoring.bucket_seconds,
-                publishing=True,
-                refuse=self._refuse,
-            )
-            self._round_ns = int(round_time.timestamp() * 1e9)
-            outcomes = publisher.publish_round(res.states)
-            desired = {s.pop: s for s in res.states}
-            write_outcomes(self.store, [(desired[pop], o) for pop, o in outcomes.items()])
-        except StoreError as exc:
-            log.error("round at %s failed: %s", round_time, exc)
-            raise RoundFailed(str(exc)) from exc
+        """The controller's own round (controller/control/loop.py `Controller`, as `dyncc control`
+        runs it: score, trials, decide, record, publish) on the lab's clock."""
+        controller = self.controller()
+        self._round_ns = int(round_time.timestamp() * 1e9)
+        res = controller.round(round_time)
+        if res is None:
+            raise RoundFailed(f"round at {round_time:%H:%M:%S} failed (store error: see the log)")
         scores = {
             str(r["prefix"]): PrefixScore(
                 str(r["pop"]),
@@ -128,18 +119,32 @@ class LabControl:
                 float(r["median_min_rtt_ms"]),
                 str(r["decision"]),
                 str(r["reason"]),
+                str(r["algorithm"]),
             )
             for r in res.decisions.to_dict("records")
         }
-        note = "; ".join(f"{pop} {o.status} v{o.version}" for pop, o in sorted(outcomes.items()))
+        note = "; ".join(f"{pop} {o.status} v{o.version}" for pop, o in sorted(res.outcomes.items()))
         return scores, note
+
+    def controller(self) -> Controller:
+        """The controller (made once) with the lab's settings and its Publisher."""
+        if self._controller is None:
+            settings = ControlSettings(
+                scoring=self.scoring,
+                evidence=self.evidence,
+                rollout=self.rollout_config(),
+                expire_seconds=EXPIRE_BUCKETS * self.scoring.bucket_seconds,
+                every=float(self.scoring.bucket_seconds),
+                delay=0.0,
+            )
+            self._controller = Controller(self.store, settings, Metrics(), publisher=self.publisher())
+        return self._controller
 
     def publisher(self) -> Publisher:
         """The lab's Publisher (made once), on the round's clock."""
         if self._publisher is None:
             cfg = self.rollout_config()
             self._publisher = Publisher(self.store, cfg, clock=lambda: self._round_ns)
-            self._refuse = refusal(cfg.validation_policy())
         return self._publisher
 
     def rollout_config(self) -> RolloutConfig:

@@ -1,14 +1,15 @@
 """`dyncc demo`: the whole loop on the embedded store (chDB), no servers, a few minutes.
 
-As root: a `dyncc lab` run (default 4 minutes of 15-second rounds: 2 POPs x 2 edge hosts,
-128 client prefixes in five path classes, nginx and HTTP clients, staged rollout) with live
-routes on the lab's edge hosts, its per-class summary, then the HTML report built from that
-run's telemetry and access logs replayed on a 5-minute time base (each 15 s round becomes one
-5-minute bucket).  Without root (or without nginx/clang, or with --replay): says why in one
-line, replays the recorded lab committed in demo/ (telemetry and access logs) through the
-ingest writer and the access-log loader, runs the scoring rounds, prints the per-class summary
-and writes the report.  Ends with the report's path.  Every option is checked (one line, exit
-2) before a directory is made or a lab is built: the flags come from DemoSettings
+As root: a `dyncc lab` run (15-second rounds: 2 POPs x 2 edge hosts, 128 client prefixes in
+five path classes, nginx and HTTP clients, staged rollout, per-prefix trials) with live routes on
+the lab's edge hosts, then the HTML report written from that run's own store (its telemetry,
+access logs, decisions and trials on the lab's bucket: no replay, no re-scoring), then the
+per-class summary, whose effect lines are the report's headline.  Without root (or without
+nginx/clang, or with --replay): says why in one line, replays the recorded lab committed in
+demo/ (telemetry and access logs) through the ingest writer and the access-log loader, runs the
+controller's rounds on a 5-minute time base, and prints the per-class summary and writes the
+report, both from that one store.  Ends with the report's path and the store URL.  Every option
+is checked (one line, exit 2) before a directory is made or a lab is built: the flags come from DemoSettings
 (controller/lab/settings.py); controller/cli.py calls run(settings).
 """
 
@@ -32,6 +33,7 @@ log = logging.getLogger("dyncc.demo")
 SETTINGS = DemoSettings
 
 
+STORE_USE = "(open it with dyncc control --clickhouse URL explain, dyncc report --clickhouse URL)"
 MIN_ROUNDS = 8  # selection after 3 buckets, the staged rollout, then some rounds on BBR
 
 
@@ -184,6 +186,7 @@ def _replay_demo(recording: Path, workdir: Path, report_path: Path) -> int:
     print(summarize_run(replayed.record, headline, replayed.store).summary_text())
     print(_report(replayed, workdir, report_path))
     print(f"report: {report_path}")
+    print(f"store: {_chdb_url(workdir, 'dyncc_demo')} {STORE_USE}")
     return 0
 
 
@@ -198,13 +201,23 @@ def _live_demo(settings: DemoSettings, duration: float, workdir: Path, report_pa
         f"dyncc demo: live fleet lab, {rounds} rounds of {settings.round_seconds}s (each stands in for 5 minutes)",
         flush=True,
     )
-    summary = run_lab(opts, _chdb_url(workdir, "dyncc_lab"), workdir / "lab", StopFlag(), out=sys.stdout)
-    print(summary.summary_text())
+    url = _chdb_url(workdir, "dyncc_lab")
+    summary = run_lab(opts, url, workdir / "lab", StopFlag(), out=sys.stdout)
     result = summary.result
     if result is None or result.stopped_by or not result.rounds:
+        print(summary.summary_text())
         print(f"lab files: {workdir}")
         return 130 if result is not None and result.stopped_by else 1
-    replayed = _replay_into(recording, workdir, "dyncc_demo_report")
-    print(_report(replayed, workdir, report_path))
-    print(f"report: {report_path} (this run's telemetry and access logs on a 5-minute time base)")
+    from controller.lab.topology import write_asn_file
+    from controller.report import write_report
+    from controller.store import open_store
+
+    asn = workdir / "lab-asn.csv"
+    write_asn_file(asn, sorted(result.topology.classes().items()))
+    with open_store(url) as store:  # the live run's own store and decisions: no replay, no re-scoring
+        written = write_report(store, report_path, title="dyncc demo", asn_file=asn)
+    print(summary.summary_text())
+    print(written.line())
+    print(f"report: {report_path} (the live run's own telemetry, decisions and trials)")
+    print(f"store: {url} {STORE_USE}")
     return 0

@@ -19,6 +19,7 @@ class PrefixScore:
     min_rtt_ms: float
     decision: str
     reason: str = ""
+    algorithm: str = ""  # the arm of a trial round ("bbr" / "cubic"); bbr for select / keep
 
 
 @dataclass

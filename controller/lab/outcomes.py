@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from controller.lab.model import ControlOutcome
 
 if TYPE_CHECKING:
-    import pandas as pd
+    pass
 
-ON_BBR = ("select", "keep")
+ON_BBR = ("select", "keep", "trial")  # a trial counts as selected from its first round
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,10 @@ class ClassOutcome:
     reverted: int = 0
     first_selected_round: int = 0
     revert_rounds: list[int] = field(default_factory=list)
-    effects: dict[str, Any] = field(default_factory=dict)  # metric -> controller.report.effects result
+    kept: int = 0  # latest trial ended keep
+    running: int = 0  # latest trial still running at the end
+    trial_reverted: int = 0  # latest trial ended revert
+    effects: dict[str, Any] = field(default_factory=dict)  # metric -> controller.evidence Effect (pooled)
 
 
 def phases(
@@ -112,29 +115,6 @@ def phases(
             if rounds_on:
                 ph.after = (end_of[rounds_on[len(rounds_on) // 2]], last_end)
     return out
-
-
-def phase_values(buckets: pd.DataFrame, prefix_phases: Mapping[str, PrefixPhases], klass: str) -> pd.DataFrame:
-    """controller.report.effects' input for one class: (pop, prefix, grp, phase, samples, value)
-    rows, value = the median of the prefix's bucket p10s in the phase, samples = their n.
-
-    `buckets`: columns ts (bucket start, Unix s), prefix, p10, n (sql/queries/lab_*_buckets.sql)."""
-    import numpy as np
-    import pandas as pd
-
-    rows = []
-    for prefix, g in buckets.groupby("prefix", sort=True):
-        ph = prefix_phases.get(str(prefix))
-        if ph is None or ph.klass != klass or ph.group == "none":
-            continue
-        ts, p10, n = g["ts"].to_numpy(), g["p10"].to_numpy(dtype=float), g["n"].to_numpy()
-        for phase, (lo, hi) in (("before", ph.before), ("after", ph.after)):
-            if hi <= lo:
-                continue
-            sel = (ts >= lo) & (ts < hi) & np.isfinite(p10)
-            if sel.any():
-                rows.append((ph.pop, ph.prefix, ph.group, phase, int(n[sel].sum()), float(np.median(p10[sel]))))
-    return pd.DataFrame(rows, columns=["pop", "prefix", "grp", "phase", "samples", "value"])
 
 
 def class_outcomes(prefix_phases: Mapping[str, PrefixPhases]) -> dict[str, ClassOutcome]:

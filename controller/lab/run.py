@@ -21,22 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from controller.evidence.load import Evidence, stored_trials
+from controller.evidence.settings import EvidenceConfig
+from controller.evidence.summary import KEEP, REVERT, RUNNING, headline_lines, latest
 from controller.lab.control import make_control_factory
 from controller.lab.loop import Lab, LabOptions, LabResult
-from controller.lab.outcomes import ClassOutcome, RoundView, class_outcomes, pct, phase_values, phases
+from controller.lab.outcomes import ClassOutcome, RoundView, class_outcomes, phases
 from controller.lab.table import bbr_count
 from controller.lab.topology import CLASSES
-from controller.report.effects import did
+from controller.scoring.settings import ROLLUP_MIN_BYTES
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
-from controller.store.sql import query
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_brokers
 from dyncc_common.runtime import StopFlag
 
 log = logging.getLogger("dyncc.lab")
-
-METRICS = (("delivery", "lab_rate_buckets", "p10 delivery rate"), ("goodput", "lab_goodput_buckets", "p10 goodput"))
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,14 @@ class LabSummary:
     bbr_routed: tuple[int, int] = (0, 0)  # (bbr, total) new sockets of prefixes with a bbr route
     bbr_others: tuple[int, int] = (0, 0)
     result: LabResult | None = None  # the live run, when there was one
+    evidence: list[str] = field(default_factory=list)  # the effect model's headline (as the report's)
     footer: list[str] = field(default_factory=list)
 
     def summary_text(self) -> str:
         lines = [self.headline]
         lines.append(
-            f"{'class':<12} {'prefixes':>8} {'selected':>8} {'first':>5} {'holdout':>7} {'reverted':>8}  "
-            f"{'p10 delivery rate vs holdout':<36}  p10 goodput vs holdout"
+            f"{'class':<12} {'prefixes':>8} {'trialled':>8} {'first':>5} {'kept':>4} {'reverted':>8} "
+            f"{'running':>7} {'holdout':>7}  {'p10 delivery rate, BBR vs CUBIC':<44}  p10 goodput"
         )
         for klass in CLASSES:
             c = self.classes.get(klass)
@@ -75,14 +76,15 @@ class LabSummary:
                 continue
             first = f"r{c.first_selected_round}" if c.first_selected_round else "-"
             cells = [
-                f"{klass:<12} {c.prefixes:>8} {c.selected:>8} {first:>5} {c.holdout:>7} {c.reverted:>8}",
-                f"{_effect(c.effects.get('delivery')):<36}",
+                f"{klass:<12} {c.prefixes:>8} {c.selected:>8} {first:>5} {c.kept:>4} {c.reverted:>8} "
+                f"{c.running:>7} {c.holdout:>7}",
+                f"{_effect(c.effects.get('delivery')):<44}",
                 _effect(c.effects.get("goodput")),
             ]
             lines.append("  ".join(cells).rstrip())
         lines.append(
-            "(effect: difference in differences of treated vs holdout prefixes, before vs after BBR, "
-            "95% bootstrap interval, prefixes treated vs holdout)"
+            "(per class: the prefixes' trials pooled, random effects, 90% interval; (prefixes, buckets bbr/cubic "
+            "per prefix pooled); the lab's classes are its ground truth, production has none)"
         )
         for pop, prefix, round_no, reason in self.reverted[:6]:
             lines.append(f"reverted {prefix} ({pop}, round {round_no}): {reason}")
@@ -93,19 +95,17 @@ class LabSummary:
         lines.append(
             f"bbr on new sockets: prefixes with a bbr route {_share(self.bbr_routed)}, others {_share(self.bbr_others)}"
         )
+        lines += self.evidence
         return "\n".join(lines + self.footer)
 
 
-def _effect(did: Any) -> str:
-    """'+85% [+60%, +110%] (9 vs 4)' or the reason there is no estimate."""
-    if did is None:
+def _effect(effect: Any) -> str:
+    """'+85% [+60%, +110%] (9 prefixes)' or why there is none."""
+    if effect is None:
         return "-"
-    if did.estimate is None:
-        return f"n/a: {did.reason}"[:60]
-    return (
-        f"{pct(did.estimate)} [{pct(did.ci_low)}, {pct(did.ci_high)}] "
-        f"({did.treated.prefixes} vs {did.holdout.prefixes})"
-    )
+    if not effect.ok:
+        return f"n/a: {effect.reason}"[:44]
+    return f"{effect.text()} ({effect.prefixes} prefixes)"
 
 
 def _share(pair: tuple[int, int]) -> str:
@@ -145,7 +145,9 @@ def summarize(result: LabResult, store: Store | None = None) -> LabSummary:
     return summary
 
 
-def summarize_run(run: RunRecord, headline: str, store: Store | None = None) -> LabSummary:
+def summarize_run(
+    run: RunRecord, headline: str, store: Store | None = None, evidence: EvidenceConfig | None = None
+) -> LabSummary:
     """Per-class outcomes (effects when `store` is given), staged waves, routes and bbr shares."""
     summary = LabSummary(headline)
     if not run.rounds:
@@ -156,7 +158,7 @@ def summarize_run(run: RunRecord, headline: str, store: Store | None = None) -> 
         (ph.pop, ph.prefix, ph.reverted_round, ph.reason) for ph in prefix_phases.values() if ph.reverted_round
     )
     if store is not None:
-        _effects(store, summary, prefix_phases, run.rounds, run.bucket_s)
+        _evidence(store, summary, run, evidence or EvidenceConfig())
     summary.rollout = _waves(run)
     last = run.rounds[-1].outcome.routes
     summary.routes = {host: sum(1 for cc in routes.values() if cc == "bbr") for host, routes in sorted(last.items())}
@@ -173,20 +175,26 @@ def summarize_run(run: RunRecord, headline: str, store: Store | None = None) -> 
     return summary
 
 
-def _effects(store: Store, summary: LabSummary, prefix_phases: Any, views: list[RoundView], bucket: int) -> None:
-    start = dt.datetime.fromtimestamp(views[0].end_s - bucket, dt.UTC).replace(tzinfo=None)
-    end = dt.datetime.fromtimestamp(views[-1].end_s, dt.UTC).replace(tzinfo=None)
-    for metric, name, _label in METRICS:
-        try:
-            buckets = store.query_df(query(name), {"start": start, "end": end, "bucket": bucket})
-        except Exception as exc:  # the summary must not fail the run
-            log.warning("lab summary: %s not computed: %s", name, exc)
-            continue
-        for klass, c in summary.classes.items():
-            stats = phase_values(buckets, prefix_phases, klass)
-            if c.selected:
-                # goodput: requests above 1 MiB are few per prefix and phase in a short lab
-                c.effects[metric] = did(stats, klass, min_samples=3 if metric == "delivery" else 1)
+def _evidence(store: Store, summary: LabSummary, run: RunRecord, cfg: EvidenceConfig) -> None:
+    """Per class and overall: the trials' pooled effects, from the stored samples and decisions
+    (controller/evidence: the same figures as the report and the controller's own decisions)."""
+    last = run.rounds[-1].end_s
+    try:
+        trials = stored_trials(store, dt.datetime.fromtimestamp(last + 1, dt.UTC))
+        ev = Evidence.load(store, cfg, trials, run.bucket_s, last, ROLLUP_MIN_BYTES)
+    except Exception as exc:  # the summary must not fail the run
+        log.warning("lab summary: effects not computed: %s", exc)
+        return
+    for klass, c in summary.classes.items():
+        mine = [t for t in trials if run.classes.get(t.prefix) == klass]
+        last_trials = latest(mine)
+        c.kept = sum(t.outcome == KEEP for t in last_trials)
+        c.running = sum(t.outcome == RUNNING for t in last_trials)
+        c.trial_reverted = sum(t.outcome == REVERT for t in last_trials)
+        if mine:
+            c.effects["delivery"] = ev.pooled(mine)
+            c.effects["goodput"] = ev.pooled(mine, "goodput")
+    summary.evidence = headline_lines(ev)
 
 
 def _waves(run: RunRecord) -> list[str]:

@@ -104,7 +104,7 @@ class DemoSettings(Settings):
 
     COMPONENT: ClassVar[str] = "demo"
 
-    duration: float = setting("270s", DURATION, "live lab length")
+    duration: float = setting("360s", DURATION, "live lab length")
     round_seconds: int = setting(15, INT, "one accelerated 5-minute round, in seconds")
     replay: bool = setting(False, BOOL, "replay the recorded telemetry even when root")
     recording: Path | None = setting(None, PATH, "telemetry to replay", default_text="demo/lab-telemetry.bin.gz")

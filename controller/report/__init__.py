@@ -1,8 +1,10 @@
 """`dyncc report`: query the store, draw the plots, write one self-contained HTML page.
 
-Modules: data (the queries and their windows), effects (the treated-versus-holdout difference
-in differences with its bootstrap interval, pure), asn (prefix -> ASN names), plots, html (the
-page), write (write_report, the library entry point; re-exported here), cli.  write_report is
+Modules: data (the queries and their windows, and the effect model's data), trials (the
+headline and per-prefix figures of the one effect model, controller/evidence; pure), effects
+(the treated-versus-holdout difference in differences with its bootstrap interval, a secondary
+population check; pure), asn (prefix -> ASN names), plots, html (the page), write (write_report,
+the library entry point; re-exported here), cli.  write_report is
 loaded on first use, so `dyncc report --help` does not load pandas and matplotlib.  What the
 sections show and how they are defined: docs/report.md.
 """

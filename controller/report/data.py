@@ -13,6 +13,11 @@ and `{{reverted}}` (the revert decisions).
 Goodput comes from http_requests (the access logs); only when that table has no row at all in
 the window (or does not exist) does the report fall back to the busy_time approximation of
 report_goodput.sql, and `ReportData.goodput_source` says which one it used.
+
+The effect figures come from the one effect model (controller/evidence): `load_trials` reads
+the stored trials (`stored_trials`), the bucket length the rounds used (the median spacing of the
+stored rounds, report_round_times.sql) and each trial prefix's latest decision
+(report_trial_state.sql), and loads `Evidence` for the trials that ran in the window.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from controller.evidence.load import Evidence, stored_trials
+from controller.evidence.settings import EvidenceConfig
+from controller.report import trials as report_trials
 from controller.report.asn import AsnTable, map_prefixes
 from controller.store import Store
 from controller.store.sql import query, render_time_filter, splice
@@ -41,6 +49,8 @@ GROUPS = "report_treatment_groups"
 REQUESTS = "report_http_requests"
 REVERTED = "report_reverted_rows"
 REVERTED_LIMIT = 50  # rows of the reverted-prefix table; the rest are counted
+MIN_BYTES = 102_400  # a flow qualifies when bytes_acked > this (the rollup's and the scoring's default)
+ROUND_LIMIT = 5000  # round times per POP read to infer the rounds' bucket length
 
 GOODPUT_HTTP = "http"  # ReportData.goodput_source: from http_requests
 GOODPUT_BUSY = "busy_time"  # the fallback: tcpinfo bytes_acked / busy_time
@@ -91,6 +101,7 @@ class ReportData:
     effect_goodput: pd.DataFrame = field(default_factory=_empty)  # effects.py input, p10 goodput
     reverted: pd.DataFrame = field(default_factory=_empty)  # newest REVERTED_LIMIT reverts
     reverted_total: int = 0
+    trials: report_trials.TrialData | None = None  # the effect model's figures (None: no window)
 
 
 def auto_bucket(window: Window) -> int:
@@ -196,11 +207,15 @@ def load(
     until: dt.datetime | None = None,
     asn_table: AsnTable | None = None,
     bucket_seconds: int | None = None,
+    evidence: EvidenceConfig | None = None,
+    min_bytes: int = MIN_BYTES,
+    include_app_limited: bool = False,
 ) -> ReportData:
     """Run every report query for the window (see default_window) and the POP filter ('' = all).
 
     `bucket_seconds`: time resolution; None picks one (auto_bucket).  300 reads the 5-minute
     rollup; anything else reads the raw tcpinfo table (report_source_raw.sql).
+    `evidence`, `min_bytes`, `include_app_limited`: the effect model's settings (load_trials).
     """
     import pandas as pd
 
@@ -235,7 +250,62 @@ def load(
     data.reverted_total = int(rows[0][0]) if rows else 0
     if asn_table is not None:
         data.isp = load_isp(store, params, asn_table, source)
+    data.trials = load_trials(store, pop, window, evidence or EvidenceConfig(), bucket, min_bytes, include_app_limited)
     return data
+
+
+def _unix(value: dt.datetime) -> int:
+    return int(utc_naive(value).replace(tzinfo=dt.UTC).timestamp())
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def round_bucket(store: Store, pop: str, window: Window) -> int | None:
+    """The bucket length the controller's rounds used: the median spacing of the stored rounds
+    in the window (report_round_times.sql), or None with fewer than two rounds in a POP."""
+    params = {"pop": pop, "start": window.start, "end": window.end, "limit": ROUND_LIMIT}
+    times: dict[str, list[int]] = {}
+    for p, ts in store.query_rows(query("report_round_times"), params):
+        times.setdefault(_text(p), []).append(int(ts))
+    return report_trials.spacing(times)
+
+
+def load_trials(
+    store: Store,
+    pop: str,
+    window: Window,
+    cfg: EvidenceConfig,
+    fallback_bucket: int,
+    min_bytes: int = MIN_BYTES,
+    include_app_limited: bool = False,
+) -> report_trials.TrialData:
+    """The effect model's data for the window: the trials that ran in it, Evidence for them in
+    buckets of the rounds' length (`fallback_bucket` when the window has too few rounds), and
+    each trial prefix's latest decision."""
+    bucket = round_bucket(store, pop, window)
+    bucket_from = "the spacing of the controller's rounds"
+    if bucket is None:
+        bucket, bucket_from = fallback_bucket, "the report's resolution: too few controller rounds in the window"
+    start, end = _unix(window.start), _unix(window.end)
+    every = stored_trials(store, window.end, pop)
+    trials = report_trials.in_window(every, start, end, bucket)
+    shown = {t.key for t in trials}
+    kept_before = sum(
+        1 for key, t in report_trials.latest_trials(every).items() if key not in shown and t.outcome == "keep"
+    )
+    latest: dict[tuple[str, str], str] = {}
+    if trials:
+        keys = sorted(shown)
+        table = {"pop": ("String", [k[0] for k in keys]), "prefix": ("String", [k[1] for k in keys])}
+        params = {"pop": pop, "start": window.start, "end": window.end}
+        for p, x, decision, _ in store.query_rows_with(query("report_trial_state"), table, params):
+            latest[(_text(p), _text(x))] = _text(decision)
+    ev = Evidence.load(store, cfg, trials, bucket, end, min_bytes, include_app_limited)
+    return report_trials.TrialData(
+        cfg, bucket, bucket_from, ev, trials, latest, kept_before, include_app_limited, min_bytes
+    )
 
 
 def load_goodput(store: Store, params: dict[str, Any], data: ReportData) -> None:

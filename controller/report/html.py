@@ -36,6 +36,9 @@ table { border-collapse: collapse; margin: 10px 0 4px; font-size: 14px; }
 th, td { border-bottom: 1px solid var(--line); padding: 4px 12px; text-align: right; }
 th:first-child, td:first-child { text-align: left; }
 th { color: var(--muted); font-weight: 600; }
+.headline { border-left: 4px solid var(--accent); padding: 4px 0 4px 14px; margin: 0 0 22px; }
+.headline p { margin: 0 0 6px; max-width: 1000px; }
+.headline p.muted { color: var(--muted); font-size: 13px; }
 .good { color: #1a7f37; font-weight: 600; } .bad { color: #b42318; font-weight: 600; }
 footer { color: var(--muted); font-size: 12px; margin-top: 28px; }
 """
@@ -97,7 +100,25 @@ def render_section(section: Section) -> str:
     return "\n".join(parts)
 
 
-def render_page(title: str, subtitle: str, cards: Sequence[Card], sections: Sequence[Section], footer: str) -> str:
+def render_headline(lines: Sequence[str], muted: Sequence[str] = ()) -> str:
+    """The headline block under the cards: one paragraph per line (escaped), `muted` ones smaller."""
+    if not lines and not muted:
+        return ""
+    body = "".join(f"<p>{esc(line)}</p>" for line in lines)
+    body += "".join(f'<p class="muted">{esc(line)}</p>' for line in muted)
+    return f'<div class="headline" id="headline">{body}</div>\n'
+
+
+def render_page(
+    title: str,
+    subtitle: str,
+    cards: Sequence[Card],
+    sections: Sequence[Section],
+    footer: str,
+    headline: Sequence[str] = (),
+    headline_notes: Sequence[str] = (),
+) -> str:
+    """The page; `headline` (and the smaller `headline_notes`) are paragraphs under the cards."""
     nav = " ".join(f'<a href="#{esc(s.key)}">{esc(s.title)}</a>' for s in sections)
     card_html = "".join(
         f'<div class="card"><div class="v">{esc(c.value)}</div><div class="k">{esc(c.label)}</div></div>' for c in cards
@@ -109,6 +130,6 @@ def render_page(title: str, subtitle: str, cards: Sequence[Card], sections: Sequ
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{esc(title)}</title><style>{CSS}</style></head>\n"
         f'<body><main>\n<h1>{esc(title)}</h1>\n<p class="sub">{esc(subtitle)}</p>\n'
-        f'<nav>{nav}</nav>\n<div class="cards">{card_html}</div>\n{body}\n'
+        f'<nav>{nav}</nav>\n<div class="cards">{card_html}</div>\n{render_headline(headline, headline_notes)}{body}\n'
         f"<footer>{esc(footer)}</footer>\n</main></body></html>\n"
     )

@@ -179,6 +179,12 @@ def _legend(ax: Axes, ncol: int) -> None:
     ax.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=max(1, ncol), borderaxespad=0.2)
 
 
+def _legend_right(ax: Axes) -> None:
+    """Legend outside the plot, to its right, one entry per line: for many or long entries (ISP
+    names), which above the plot would run into the title."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1, borderaxespad=0.0)
+
+
 def delivery_rate_svg(delivery: pd.DataFrame, configs: pd.DataFrame, window: Window) -> str | None:
     """One panel per POP: p5 / p10 / p50 delivery rate over time, config versions marked."""
     if delivery is None or delivery.empty:
@@ -320,7 +326,7 @@ def isp_svg(isp: pd.DataFrame, configs: pd.DataFrame, window: Window) -> str | N
         _mark_configs(ax, configs, None, window)
         _rate_axis(ax)
         ax.set_title("Per-ISP delivery rate (p10 bold, p5 thin)")
-        _legend(ax, min(4, len(isps)))
+        _legend_right(ax)
         _time_axis(ax, window)
         fig.tight_layout()
         return _svg(fig)
@@ -412,15 +418,20 @@ def goodput_svg(
         return _svg(fig)
 
 
-def effect_svg(rows: list[tuple[str, str, str, float, float, float]]) -> str | None:
+def effect_svg(
+    rows: list[tuple[str, str, str, float, float, float]],
+    section: str = "effect",
+    title: str = "Effect of BBR",
+    xlabel: str = "effect, % (dot: estimate, line: interval)",
+) -> str | None:
     """Estimates with their intervals, one horizontal line per row, on the effect scale (+0.25 is
     drawn as +25 %).  A row is (id, label, metric, estimate, low, high); its interval line has the
-    SVG id `effect-<id>` (without an interval, nan bounds, the estimate's dot has it); one colour
+    SVG id `<section>-<id>` (without an interval, nan bounds, the estimate's dot has it); one colour
     per metric."""
     if not rows:
         return None
     metrics = list(dict.fromkeys(r[2] for r in rows))
-    with _figure("effect", 1, 0.42 * len(rows) + 1.2) as (fig, axes):
+    with _figure(section, 1, 0.42 * len(rows) + 1.2) as (fig, axes):
         ax = axes[0, 0]
         ys = list(range(len(rows)))[::-1]
         for (gid, _, metric, est, lo, hi), y in zip(rows, ys, strict=True):
@@ -428,14 +439,14 @@ def effect_svg(rows: list[tuple[str, str, str, float, float, float]]) -> str | N
             (dot,) = ax.plot([est * 100], [y], marker="o", color=color, markersize=6)
             if lo == lo and hi == hi:  # not nan
                 (line,) = ax.plot([lo * 100, hi * 100], [y, y], color=color, linewidth=2.4, solid_capstyle="butt")
-                line.set_gid(f"effect-{gid}")
+                line.set_gid(f"{section}-{gid}")
             else:
-                dot.set_gid(f"effect-{gid}")
+                dot.set_gid(f"{section}-{gid}")
         ax.axvline(0, color="#555555", linewidth=1.0)
         ax.set_yticks(ys, [r[1] for r in rows])
         ax.set_ylim(-0.7, len(rows) - 0.3)
-        ax.set_xlabel("treated change relative to holdout change, % (dot: estimate, line: 95% CI)")
-        ax.set_title("Effect of BBR: difference in differences")
+        ax.set_xlabel(xlabel)
+        ax.set_title(title)
         ax.grid(axis="y", visible=False)
         fig.tight_layout()
         return _svg(fig)

@@ -1,8 +1,11 @@
 """`write_report(store, path, ...)`: query the store, draw the plots, write one HTML file.
 
 The library entry point of `dyncc report` (controller/report/cli.py) and of the demo.  Data
-comes from controller/report/data.py, the effect estimates from effects.py, plots from plots.py,
-the page from html.py.  Sections without data say so; the report never fails for lack of data.
+comes from controller/report/data.py; the headline effects and the per-prefix trial table from
+the one effect model (controller/evidence, through trials.py); the treated-versus-holdout
+difference in differences of effects.py is a secondary population check only; plots from
+plots.py, the page from html.py.  Sections without data say so; the report never fails for lack
+of data.  The file is written atomically with mode 0644 (dyncc_common.files).
 """
 
 from __future__ import annotations
@@ -11,24 +14,28 @@ import datetime as dt
 import logging
 import math
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controller.evidence.model import pct
+from controller.evidence.settings import EvidenceConfig
 from controller.report import data as report_data
 from controller.report import effects as report_effects
 from controller.report import html as report_html
 from controller.report import plots as report_plots
+from controller.report import trials as report_trials
 from controller.report.asn import AsnTable, load_asn_file
 from controller.report.html import Card, Section, table
 from controller.store import Store
+from dyncc_common.files import atomic_write
 
 log = logging.getLogger("dyncc.report")
 
 DEFAULT_TITLE = "dyncc: dynamic congestion control report"
-#: the effect section's metrics: key -> label (the key names the effects.py input in ReportData)
+#: the population check's metrics: key -> label (the key names the effects.py input in ReportData)
 METRICS = {"delivery": "p10 delivery rate", "goodput": "p10 goodput"}
+REPORT_MODE = 0o644
 
 
 @dataclass
@@ -97,16 +104,32 @@ def _selections_section(data: report_data.ReportData) -> Section:
         rows = []
         for pop in sorted(sel["pop"].unique()):
             d = sel[sel["pop"] == pop].sort_values("time")
+            in_trial = int(d["in_trial"].iloc[-1]) if "in_trial" in d else 0
             rows.append(
-                [pop, len(d), int(d["new_selected"].sum()), int(d["on_bbr"].iloc[-1]), int(d["holdout"].iloc[-1])]
+                [
+                    pop,
+                    len(d),
+                    int(d["new_selected"].sum()),
+                    int(d["on_bbr"].iloc[-1]),
+                    in_trial,
+                    int(d["holdout"].iloc[-1]),
+                ]
             )
-        header = ["POP", "rounds", "newly selected", "on BBR (last round)", "holdout (last round)"]
+        header = [
+            "POP",
+            "rounds",
+            "newly selected",
+            "on BBR (last round)",
+            "in a trial (last round)",
+            "holdout (last round)",
+        ]
         tables.append(table(header, rows))
     return Section(
         "selections",
         "New prefixes selected per round",
-        "How many client prefixes each controller round newly moved to BBR. Consistently poor "
-        "prefixes are few and stable, so after the first rounds only a handful are new.",
+        "How many client prefixes each controller round newly selected (a selection starts a trial of "
+        "BBR and CUBIC blocks). Consistently poor prefixes are few and stable, so after the first rounds "
+        "only a handful are new. On BBR counts the prefixes kept on BBR and the trials in a BBR block.",
         svg,
         "No controller rounds (selections) in the report window.",
         tables=tables,
@@ -143,9 +166,9 @@ def _treated_section(data: report_data.ReportData) -> Section:
     return Section(
         "treated",
         "Treated versus holdout",
-        "Prefixes the controller moved to BBR (treated) against the holdout: equally poor "
-        "prefixes deliberately left on CUBIC. The treated group's low percentile rising while the "
-        "holdout stays flat is the effect of BBR, not of the time of day.",
+        "Prefixes the controller selected (treated: their trial's BBR and CUBIC blocks, then BBR if kept) "
+        "against the holdout: equally poor prefixes deliberately left on CUBIC. A population view over "
+        "time; the effect of BBR is the trials' figure above.",
         svg,
         "No treated or holdout prefixes with telemetry in the report window.",
         tables=tables,
@@ -281,10 +304,10 @@ def _did_row(d: report_effects.Did) -> tuple[list[str], list[str]]:
     return cells, ["", cls, cls, "", "", "", "", "", ""]
 
 
-def _effect_section(data: report_data.ReportData, results: dict[str, list[report_effects.Did]]) -> Section:
+def _did_section(data: report_data.ReportData, results: dict[str, list[report_effects.Did]]) -> Section:
     header = [
         "POP",
-        "effect (DiD)",
+        "DiD",
         "95% CI",
         "treated change",
         "holdout change",
@@ -318,15 +341,25 @@ def _effect_section(data: report_data.ReportData, results: dict[str, list[report
             f"samples ({samples}) both before and after it entered its group, within the report window; the "
             "bucket holding that moment (delivery rate) or a request spanning it (goodput) counts in neither."
         )
-    svg = report_plots.effect_svg(plot_rows) if data.window else None
+    svg = (
+        report_plots.effect_svg(
+            plot_rows,
+            "did",
+            "Population check: treated versus holdout (difference in differences)",
+            "treated change relative to holdout change, % (dot: estimate, line: 95% CI)",
+        )
+        if data.window
+        else None
+    )
     return Section(
-        "effect",
-        "Effect of BBR: treated versus holdout (difference in differences)",
+        "did",
+        "Population check: treated versus holdout (difference in differences)",
+        "Not the effect of BBR (that is the trials' figure above): a check on the whole population. "
         "For each prefix, the change of its p10 from before to after it entered its group (treated: "
-        "moved to BBR; holdout: kept on CUBIC). Group change = geometric mean of the prefixes' "
-        "after/before ratios; effect = treated change relative to holdout change, "
-        "(T_after/T_before) / (H_after/H_before) − 1. A positive effect means BBR raised the low "
-        "percentile beyond what the time alone did to the holdout.",
+        "selected, its trial's CUBIC blocks and a revert included; holdout: equally poor prefixes kept on "
+        "CUBIC). Group change = geometric mean of the prefixes' after/before ratios; DiD = "
+        "(T_after/T_before) / (H_after/H_before) − 1: what running dyncc did to the prefixes it selected, "
+        "beyond what the time alone did to the holdout.",
         svg,
         "No estimate: the table says why for each POP." if tables else "No treated or holdout prefixes.",
         tables=tables,
@@ -334,8 +367,147 @@ def _effect_section(data: report_data.ReportData, results: dict[str, list[report
     )
 
 
-def _fmt_x(value: float) -> str:
-    return f"x{value:.2f}" if math.isfinite(value) else "–"
+def _which_id(which: str) -> str:
+    return "inforce" if which == report_trials.IN_FORCE else "trials"
+
+
+def _pool_table(pools: list[report_trials.Pool]) -> str:
+    by: dict[tuple[str, str], dict[str, report_trials.Pool]] = {}
+    for pool in pools:
+        by.setdefault((pool.scope, pool.which), {})[pool.metric] = pool
+    header = [
+        "scope",
+        "prefixes",
+        "p10 delivery rate",
+        "smallest detectable",
+        "p10 goodput",
+        "smallest detectable",
+        "prefixes with an effect (delivery / goodput)",
+        "trials",
+        "samples",
+    ]
+    rows, classes = [], []
+    for (scope, which), metrics in by.items():
+        d, g = metrics["delivery"], metrics["goodput"]
+        de, ge = d.effect, g.effect
+        rows.append(
+            [
+                f"{scope}: {report_trials.WHICH[which]}",
+                f"{d.prefixes:,}",
+                de.text(),
+                report_trials.mde_text(de),
+                ge.text(),
+                report_trials.mde_text(ge),
+                f"{de.prefixes if de.ok else 0:,} / {ge.prefixes if ge.ok else 0:,}",
+                f"{de.n_b:,}",
+                f"{de.samples:,}",
+            ]
+        )
+        classes.append(["", "", report_trials.effect_class(de), "", report_trials.effect_class(ge), "", "", "", ""])
+    return table(header, rows, classes)
+
+
+def _effect_section(data: report_data.ReportData, pools: list[report_trials.Pool]) -> Section:
+    td = data.trials
+    tables, notes, plot_rows = [], [], []
+    level = int((td.cfg.level if td else EvidenceConfig().level) * 100)  # as summary_line words it
+    if td is not None and td.trials:
+        for pool in pools:
+            e = pool.effect
+            if not e.ok:
+                continue
+            scope_id = "all" if pool.scope == report_trials.ALL else pool.scope
+            label = f"{report_trials.METRICS[pool.metric]} · {pool.which} · {pool.scope}"
+            gid = f"{pool.metric}-{_which_id(pool.which)}-{scope_id}"
+            plot_rows.append((gid, label, pool.metric, e.estimate, e.low, e.high))
+        tables.append("<h3>Pooled effects</h3>" + _pool_table(pools))
+        notes.append(
+            f"Per prefix: BBR blocks against CUBIC blocks of its trial, Welch's {level}% interval on the log of "
+            "each bucket's p10; pooled: DerSimonian-Laird random effects over the prefixes (each prefix's latest "
+            "trial), a normal interval, and the smallest effect the data could have detected (two-sided at "
+            f"{level}%, 80% power). Goodput: the access-log requests of each bucket, given the arm of the same "
+            "prefix's tcpinfo bucket. docs/report.md defines each figure and its assumptions."
+        )
+    svg = (
+        report_plots.effect_svg(
+            plot_rows,
+            "effect",
+            "Effect of BBR: each prefix's BBR blocks against its CUBIC blocks, pooled",
+            f"effect on the p10, % (dot: estimate, line: {level}% interval)",
+        )
+        if data.window
+        else None
+    )
+    no_data = "No trial ran in the report window, so there is no effect figure."
+    if td is not None and td.trials:
+        no_data = "No trial has an effect yet: the table of trials below says why for each prefix."
+    return Section(
+        "effect",
+        "Effect of BBR (per-prefix trials)",
+        "A newly selected prefix runs a trial: randomised blocks of BBR and CUBIC for the whole prefix. "
+        "Every sample counts for the congestion control its socket actually ran. The effect is how much "
+        "higher the p10 was in the BBR blocks than in the CUBIC blocks; pooled over the prefixes in force "
+        "(kept on BBR by their trial) and over all trials (the unbiased figure).",
+        svg,
+        no_data,
+        tables=tables,
+        notes=notes,
+    )
+
+
+def _trials_section(data: report_data.ReportData) -> Section:
+    td = data.trials
+    tables, notes = [], []
+    if td is not None and td.trials:
+        rows = report_trials.rows(td)
+        header = [
+            "POP",
+            "prefix",
+            "trial start (UTC)",
+            "blocks / rounds",
+            "bbr / cubic buckets",
+            "samples",
+            "p10 delivery rate",
+            "p10 goodput",
+            "decision",
+            "why",
+        ]
+        tables.append(table(header, [r.cells for r in rows], [r.classes for r in rows]))
+        if len(td.trials) > len(rows):
+            notes.append(
+                f"The newest {len(rows)} of {len(td.trials)} trials in the window; "
+                f"{len(td.trials) - len(rows)} older ones are not shown (they are in the pooled figures)."
+            )
+        notes.append(
+            "Buckets and samples: the delivery-rate buckets that belong to one arm (at least "
+            f"{td.cfg.purity:.0%} of their qualifying samples on it and at least {td.cfg.min_arm_samples} "
+            "of them) within the trial's blocks, and the samples in them. Why: the reason the controller "
+            "stored with the decision that ended the trial (a running trial: its latest round's)."
+        )
+    return Section(
+        "trials",
+        "Per-prefix trials",
+        "Every trial that ran in the window, newest first: its blocks, the buckets and samples on each arm, "
+        "the effect on the p10 delivery rate and on the p10 goodput with their intervals, and the decision "
+        "(keep, revert, or running) with its reason.",
+        None,
+        "No trial ran in the report window.",
+        tables=tables,
+        notes=notes,
+        table_only=True,
+    )
+
+
+def _trial_effect_text(r: object) -> str:
+    since = int(getattr(r, "trial_since_ts", 0) or 0)
+    if since <= 0:
+        return "no trial"
+    est, lo, hi = (float(getattr(r, name)) for name in ("trial_effect", "trial_low", "trial_high"))
+    if not math.isfinite(est):
+        return "n/a"
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return f"{pct(est)} [no interval]"
+    return f"{pct(est)} [{pct(lo)}, {pct(hi)}]"
 
 
 def _reverted_section(data: report_data.ReportData) -> Section:
@@ -343,35 +515,36 @@ def _reverted_section(data: report_data.ReportData) -> Section:
     tables, notes = [], []
     if data.window is not None and not rev.empty:
         rows = []
-        for _, r in rev.iterrows():
-            base, low = float(r["baseline_low_rate"]), float(r["low_delivery_rate"])
+        for r in rev.itertuples(index=False):
+            base, low = float(r.selected_low_rate), float(r.low_delivery_rate)  # type: ignore[arg-type]
             rates = f"{_fmt_rate(base)} → {_fmt_rate(low)}" if base > 0 and low > 0 else "–"
-            rows.append(
-                [
-                    f"{r['time']:%Y-%m-%d %H:%M}",
-                    r["pop"],
-                    r["prefix"],
-                    rates,
-                    _fmt_x(float(r["effect"])),
-                    _fmt_x(float(r["holdout_effect"])),
-                    r["reason"],
-                ]
-            )
-        header = ["round (UTC)", "POP", "prefix", "low rate: selected → reverted", "effect", "holdout", "reason"]
+            rows.append([f"{r.time:%Y-%m-%d %H:%M}", r.pop, r.prefix, rates, _trial_effect_text(r), r.reason])
+        header = [
+            "round (UTC)",
+            "POP",
+            "prefix",
+            "low rate: selected → reverted",
+            "trial effect when decided",
+            "reason",
+        ]
         tables.append(table(header, rows))
         if data.reverted_total > len(rows):
             notes.append(
                 f"The newest {len(rows)} of {data.reverted_total} reverts in the window; "
                 f"{data.reverted_total - len(rows)} older ones are not shown."
             )
+        notes.append(
+            "Low rate: the prefix's p10 delivery rate when it was selected and at the revert, as the "
+            "controller measured them in its window (descriptive, not an effect). Trial effect: the p10 "
+            "delivery-rate effect and interval the deciding round judged; 'no trial' for a revert that ended "
+            "no trial (no traffic for the expiry time, a denied prefix)."
+        )
     return Section(
         "reverted",
         "Prefixes reverted to CUBIC",
-        "Prefixes the controller moved back from BBR in the window, newest first, with the "
-        "decision's reason: after the minimum hold their low delivery rate fell below the baseline "
-        "measured when they were selected and below the holdout group's change (effect = low rate "
-        "now / at selection; holdout = the same ratio for the POP's holdouts), or they had no traffic "
-        "for the expiry time, or config validation refuses them.",
+        "Prefixes the controller moved back from BBR in the window, newest first, with the decision's "
+        "reason: their trial's BBR blocks did worse than its CUBIC blocks (the interval lies below 0), "
+        "or they had no traffic for the expiry time, or config validation refuses them.",
         None,
         "No prefix was reverted in the report window.",
         tables=tables,
@@ -416,7 +589,8 @@ def _bbr_share_section(data: report_data.ReportData) -> Section:
             "the collector read and by bytes acknowledged so far. With `dyncc agent --enforce bpf` "
             "connections start on cubic and switch to bbr past the config's threshold (100 KB by default): "
             "cubic rows above 100 KB are polls taken before the switch or flows the program did not switch; "
-            "with route enforcement every connection of a treated prefix is on bbr."
+            "with route enforcement a treated prefix's connections run bbr except in its trial's CUBIC "
+            "blocks and after a revert."
         )
     return Section(
         "bbrshare",
@@ -430,7 +604,7 @@ def _bbr_share_section(data: report_data.ReportData) -> Section:
     )
 
 
-def _cards(data: report_data.ReportData, results: dict[str, list[report_effects.Did]]) -> list[Card]:
+def _cards(data: report_data.ReportData, pools: list[report_trials.Pool]) -> list[Card]:
     cards = [Card("POPs", ", ".join(data.pops) or "–")]
     q = int(data.delivery["qualifying"].sum()) if not data.delivery.empty else 0
     cards.append(Card("socket samples > 100 KB", f"{q:,}"))
@@ -438,28 +612,44 @@ def _cards(data: report_data.ReportData, results: dict[str, list[report_effects.
         last = data.selections.sort_values("time").groupby("pop").tail(1)
         cards.append(Card("prefixes on BBR (last round)", f"{int(last['on_bbr'].sum()):,}"))
     cards.append(Card("config versions published", str(len(data.configs))))
-    summary = report_data.before_after(data.treated_split)
-    t = summary[summary["grp"] == "treated"].set_index("phase")["p10"] if not summary.empty else None
-    if t is not None and {"before", "after"} <= set(t.index):
-        cards.append(Card("treated p10 change", _change(float(t["before"]), float(t["after"]))))
-    for key, label in METRICS.items():
-        overall = results.get(key, [])[-1:]  # the last row is all POPs (or the only POP)
-        if overall and overall[0].ok:
-            d = overall[0]
-            assert d.estimate is not None and d.ci_low is not None and d.ci_high is not None
-            value = _pct(d.estimate) + (f" [{_pct(d.ci_low)}, {_pct(d.ci_high)}]" if d.has_interval else " (no CI)")
-            cards.append(Card(f"BBR effect on {label} (DiD, 95% CI)", value))
+    td = data.trials
+    if td is None:
+        return cards
+    level = int(td.cfg.level * 100)  # as summary_line words it
+    order = list(report_trials.METRICS)  # as the headline: delivery in force, all trials, then goodput
+    for pool in sorted(pools, key=lambda p: order.index(p.metric)):
+        if pool.scope != report_trials.ALL:
+            continue
+        e = pool.effect
+        which = "prefixes in force" if pool.which == report_trials.IN_FORCE else "all trials (unbiased)"
+        cards.append(
+            Card(
+                f"BBR effect on {report_trials.METRICS[pool.metric]}, {which} ({level}% interval)",
+                e.text() if e.ok else "n/a",
+            )
+        )
+    cards.append(Card("prefixes in force / trials in the window", f"{len(td.in_force):,} / {len(td.trials):,}"))
+    share = td.evidence.app_limited_share(td.trials)
+    left = "app-limited samples included" if td.include_app_limited else "app-limited samples left out"
+    cards.append(Card(left, f"{share:.0%}" if math.isfinite(share) else "–"))  # as the headline words it
     return cards
 
 
 def build_page(data: report_data.ReportData, title: str, pop: str = "") -> tuple[str, list[Section]]:
     results = effects(data) if data.window is not None else {}
+    pools = report_trials.pools(data.trials, data.pops) if data.trials is not None else []
+    headline: list[str] = []
+    headline_notes: list[str] = []
+    if data.trials is not None:
+        headline, headline_notes = report_trials.headline_lines(data.trials)
     sections = [
         _delivery_section(data),
         _selections_section(data),
-        _treated_section(data),
-        _effect_section(data, results),
+        _effect_section(data, pools),
+        _trials_section(data),
         _reverted_section(data),
+        _treated_section(data),
+        _did_section(data, results),
         _isp_section(data),
         _goodput_section(data),
         _bbr_share_section(data),
@@ -471,7 +661,8 @@ def build_page(data: report_data.ReportData, title: str, pop: str = "") -> tuple
             f" · POP {pop}" if pop else f" · {len(data.pops)} POP(s)"
         )
     footer = f"Generated by dyncc report at {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M:%S} UTC."
-    return report_html.render_page(title, subtitle, _cards(data, results), sections, footer), sections
+    page = report_html.render_page(title, subtitle, _cards(data, pools), sections, footer, headline, headline_notes)
+    return page, sections
 
 
 def write_report(
@@ -485,30 +676,36 @@ def write_report(
     asn_file: str | os.PathLike[str] | None = None,
     asn_table: AsnTable | None = None,
     bucket_seconds: int | None = None,
+    evidence: EvidenceConfig | None = None,
+    min_bytes: int = report_data.MIN_BYTES,
+    include_app_limited: bool = False,
 ) -> ReportSummary:
-    """Write the report for `store` to `path` (atomically) and return what it contains.
+    """Write the report for `store` to `path` (atomically, mode 0644) and return what it contains.
 
     Window: `since`/`until` (naive = UTC); by default the last 24 h of telemetry present.
     `asn_file` (CSV prefix,asn[,name]) or `asn_table` enables the per-ISP section.
     `bucket_seconds`: plot resolution; default 5 minutes, finer for windows under 2 h.
+    `evidence` (default EvidenceConfig()), `min_bytes`, `include_app_limited`: the effect model's
+    settings, as the controller and the lab use them.
     """
     started = time.monotonic()
     if asn_table is None and asn_file is not None:
         asn_table = load_asn_file(asn_file)
     data = report_data.load(
-        store, pop=pop, since=since, until=until, asn_table=asn_table, bucket_seconds=bucket_seconds
+        store,
+        pop=pop,
+        since=since,
+        until=until,
+        asn_table=asn_table,
+        bucket_seconds=bucket_seconds,
+        evidence=evidence,
+        min_bytes=min_bytes,
+        include_app_limited=include_app_limited,
     )
     page, sections = build_page(data, title or DEFAULT_TITLE, pop)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(page)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write(out, page.encode(), REPORT_MODE)
     summary = ReportSummary(
         out,
         data.window,

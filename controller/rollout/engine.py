@@ -53,6 +53,8 @@ from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 
 log = logging.getLogger("dyncc.rollout")
 
+TOGGLE_HISTORY = 32  # config versions looked at for a trial prefix's earlier POP-wide publish
+
 
 @dataclass
 class RolloutSettings:
@@ -208,7 +210,8 @@ class RolloutEngine:
             self._reject(config, "candidate", diff, reasons)
             return state
         hosts = self._hosts(pop, latest)
-        if self.settings.staging and hosts:
+        toggle = self.settings.staging and hosts and self._trial_toggle(pop, desired, diff)
+        if self.settings.staging and hosts and not toggle:
             canary = choose_canary(pop, hosts, self.settings.canary_hosts.get(pop, ()), self.settings.canary_fraction)
             config.target_hosts.extend(canary)
             self._publish(config, "canary", diff, canary=True)
@@ -235,6 +238,8 @@ class RolloutEngine:
             )
         self._publish(config, "full", diff)
         why = "no known hosts" if not hosts else "staging off"
+        if toggle:
+            why = "a trial's switchback toggle of prefixes that already passed a canary"
         log.info("%s: v%d (%s) published to the whole POP (%s)", pop, config.version, diff.summary(), why)
         return self._save(
             state,
@@ -249,6 +254,26 @@ class RolloutEngine:
             candidate_fingerprint=fp,
             reason=f"published to the whole POP ({why})",
         )
+
+    def _trial_toggle(self, pop: str, desired: DesiredState, diff: ConfigDiff) -> bool:
+        """Whether the change only toggles running trials' prefixes, and each prefix it puts on
+        BBR was on BBR in a POP-wide config (a promotion or a full publish) since its trial began:
+        such a change needs no canary wave of its own (a removal returns to the default)."""
+        trials = desired.trial_prefixes
+        if not diff.total or not set(diff.prefixes) <= set(trials):
+            return False
+        needed = set(diff.added) | set(diff.changed)
+        seen: set[str] = set()
+        for version, status, kind, *_, created_ns in rs.config_history(self.store, pop, limit=TOGGLE_HISTORY):
+            if needed <= seen:
+                break
+            if str(status) != rs.PUBLISHED or str(kind) not in ("full", "promote"):
+                continue
+            config = rs.load_published_config(self.store, pop, int(version))
+            for e in config.entries if config is not None else ():
+                if e.prefix in needed and int(created_ns) >= trials[e.prefix]:
+                    seen.add(e.prefix)
+        return needed <= seen
 
     def _advance(self, state: RolloutState, latest: Mapping[str, HostReport], now: int) -> RolloutState:
         th = self.settings.thresholds

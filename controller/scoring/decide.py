@@ -33,12 +33,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from controller.evidence.model import BBR, CUBIC, Effect, none
+from controller.evidence.settings import EvidenceConfig
+from controller.evidence.trial import GO_ON, arm_at, judge
+from controller.evidence.trial import KEEP as KEEP_VERDICT
 from controller.scoring.frames import by_pop_prefix, columns_of, frame, pop_bounds, sorting, texts
 from controller.scoring.query import SCORE_COLUMNS
 from controller.scoring.settings import ScoringConfig
@@ -47,8 +51,8 @@ from schemas.addresses import prefix_family
 if TYPE_CHECKING:
     import pandas as pd
 
-SELECT, KEEP, REVERT, HOLDOUT, SKIP = "select", "keep", "revert", "holdout", "skip"
-ON_BBR = (SELECT, KEEP)
+SELECT, KEEP, REVERT, HOLDOUT, SKIP, TRIAL = "select", "keep", "revert", "holdout", "skip", "trial"
+ON_BBR = (SELECT, KEEP)  # on BBR for good; a TRIAL row is on BBR while its `algorithm` is bbr
 
 # State columns carried from round to round (see sql/migrations/003_controller.sql).
 STATE_COLUMNS: dict[str, str] = {
@@ -60,6 +64,10 @@ STATE_COLUMNS: dict[str, str] = {
     "cooldown_until": "int64",
     "last_seen": "int64",
     "baseline_low_rate": "float64",
+    "trial_since": "int64",
+    "trial_effect": "float64",
+    "trial_low": "float64",
+    "trial_high": "float64",
 }
 
 EXPIRE_SECONDS_DEFAULT = 7 * 86400
@@ -76,6 +84,9 @@ class PopSummary:
     holdout: int
     skipped: int
     holdout_change: float
+    trials: int = 0  # in a trial after the round (on either arm)
+    kept_by_trial: int = 0  # trials that ended keep this round
+    reverted_by_trial: int = 0  # trials that ended revert this round
 
 
 def holdout_hash(pop: str, prefix: str, salt: str) -> float:
@@ -96,6 +107,10 @@ def _fmt_rate(bytes_per_s: float) -> str:
     return f"{bytes_per_s * 8 / 1e6:.2f} Mbit/s"
 
 
+def _pct(value: float) -> str:
+    return "n/a" if not math.isfinite(value) else f"{value * 100:+.0f}%"
+
+
 def _fmt_hours(seconds: float) -> str:
     """A duration for a reason text: hours, or minutes / seconds below two of the next unit (a lab clock)."""
     if abs(seconds) >= 7200:
@@ -112,8 +127,14 @@ def decide(
     cfg: ScoringConfig,
     expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
     refuse: Callable[[str], str | None] | None = None,
+    evidence: EvidenceConfig | None = None,
+    trial_effects: Mapping[tuple[str, str], Effect] | None = None,
 ) -> pd.DataFrame:
     """Decisions for every scored or stateful prefix; see the module docstring.
+
+    `evidence`: the trial settings (None or trial_blocks 0: no trials, a selected prefix goes
+    straight to BBR); `trial_effects`: (pop, prefix) -> the effect of the prefix's running trial
+    over its buckets so far (controller/evidence: the caller reads the samples).
 
     `scores`: columns of controller.scoring.query.SCORE_COLUMNS; `previous`:
     STATE_COLUMNS (the previous round's rows), one row per (pop, prefix) each.
@@ -137,6 +158,7 @@ def decide(
     last_seen[seen] = now
 
     was_bbr = (prev_dec == SELECT) | (prev_dec == KEEP)
+    was_trial = prev_dec == TRIAL
     was_holdout = prev_dec == HOLDOUT
     in_cooldown = cooldown_until > now
     eligible = scored & (counted >= cfg.min_buckets)
@@ -148,90 +170,137 @@ def decide(
     bounds = pop_bounds(pops)
     denied = np.full(n, "", dtype=object)
     if refuse is not None:
-        for j in np.flatnonzero(candidate | was_bbr | was_holdout).tolist():
+        for j in np.flatnonzero(candidate | was_bbr | was_trial | was_holdout).tolist():
             denied[j] = refuse(str(prefixes[j])) or ""
     refused = denied != ""
     candidate &= ~refused
     hashed = np.zeros(n, dtype=bool)
-    for j in np.flatnonzero((candidate | was_holdout) & ~was_bbr).tolist():
+    for j in np.flatnonzero((candidate | was_holdout) & ~was_bbr & ~was_trial).tolist():
         hashed[j] = holdout_hash(pops[j], prefixes[j], cfg.holdout_salt) < cfg.holdout_fraction
     expired = (~seen) & (last_seen > 0) & (now - last_seen >= expire_seconds)
 
-    with np.errstate(divide="ignore", invalid="ignore"):
-        effect = np.where(measurable & (baseline > 0), low / baseline, math.nan)
-
     # Holdouts: candidates in the hash group, and earlier holdouts that are still seen.
-    holdout = hashed & ~was_bbr & ~in_cooldown & ~refused & (candidate | (was_holdout & ~expired))
+    holdout = hashed & ~was_bbr & ~was_trial & ~in_cooldown & ~refused & (candidate | (was_holdout & ~expired))
     new_holdout = holdout & ~was_holdout
     holdout_since[new_holdout] = now
     baseline_out = baseline.copy()
     baseline_out[new_holdout] = low[new_holdout]
     holdout_since[~holdout] = 0
 
-    # The holdout group's change, per POP, over holdouts held at least min_hold.
-    mature_holdout = holdout & ~new_holdout & (now - holdout_since >= cfg.min_hold_seconds) & np.isfinite(effect)
-    holdout_change = np.full(n, math.nan)
-    for a, b in bounds:
-        values = effect[a:b][mature_holdout[a:b]]
-        holdout_change[a:b] = float(np.median(values)) if len(values) else math.nan
+    # Prefixes on BBR for good: they stay (the no-flip-flop hysteresis) unless denied or gone.
+    # Whether BBR helps a prefix is judged by its trial (like for like: the same prefix's BBR and
+    # CUBIC blocks, with an interval), never by a point ratio against a window baseline.
+    held = was_bbr & (now - selected_since < cfg.min_hold_seconds)  # not released for a quiet spell
+    revert_denied = (was_bbr | was_trial) & refused
+    revert_expired = ((was_bbr & ~held) | was_trial) & ~refused & expired
+    keep = was_bbr & ~revert_expired & ~revert_denied
 
-    # Prefixes on BBR: hold, then revert only on a measured negative effect.
-    held = was_bbr & (now - selected_since < cfg.min_hold_seconds)
-    with np.errstate(invalid="ignore"):
-        worse_than_before = effect < 1.0 - cfg.revert_margin
-        worse_than_holdout = ~np.isfinite(holdout_change) | (effect < holdout_change - cfg.revert_margin)
-    revert_denied = was_bbr & refused
-    revert_effect = was_bbr & ~held & ~refused & np.isfinite(effect) & worse_than_before & worse_than_holdout
-    revert_expired = was_bbr & ~held & ~refused & ~revert_effect & expired
-    keep = was_bbr & ~revert_effect & ~revert_expired & ~revert_denied
+    # Running trials: the sequential rule on the effect of their blocks so far.
+    trial_since = cols["trial_since"].copy()
+    t_eff, t_low, t_high = cols["trial_effect"].copy(), cols["trial_low"].copy(), cols["trial_high"].copy()
+    arm = np.full(n, "", dtype=object)
+    trial_go = np.zeros(n, dtype=bool)
+    trial_keep = np.zeros(n, dtype=bool)
+    trial_revert = np.zeros(n, dtype=bool)
+    trial_why = np.full(n, "", dtype=object)
+    ev = evidence if evidence is not None and evidence.trials else None
+    running = was_trial & ~revert_denied & ~revert_expired
+    for j in np.flatnonzero(running).tolist():
+        key = (str(pops[j]), str(prefixes[j]))
+        if ev is None:  # trials switched off since: the prefix stays on BBR
+            trial_keep[j] = True
+            trial_why[j] = "trials switched off: stays on BBR"
+            continue
+        rounds_done = max(0, (now - int(trial_since[j])) // cfg.bucket_seconds)
+        blocks_done = rounds_done // ev.trial_block_rounds
+        eff = (trial_effects or {}).get(key) or none("no samples read for the trial", ev.level)
+        t_eff[j], t_low[j], t_high[j] = eff.estimate, eff.low, eff.high
+        verdict = judge(eff, blocks_done, ev)
+        trial_why[j] = verdict.why
+        if verdict.action == GO_ON:
+            trial_go[j] = True
+            arm[j] = arm_at(key[0], key[1], int(trial_since[j]), rounds_done, ev)
+        elif verdict.action == KEEP_VERDICT:
+            trial_keep[j] = True
+        else:
+            trial_revert[j] = True
+    keep |= trial_keep
+    on_now = keep | trial_go  # counts against the POP's cap
 
     # New selections: candidates not on BBR, not holdout, not cooling down; capped per POP.
-    pending = candidate & ~was_bbr & ~holdout & ~in_cooldown
+    pending = candidate & ~was_bbr & ~was_trial & ~holdout & ~in_cooldown
     select = np.zeros(n, dtype=bool)
     capped = np.zeros(n, dtype=bool)
     for a, b in bounds:
         if not pending[a:b].any():
             continue
-        room = max(0, cfg.max_per_pop - int(keep[a:b].sum()))
+        room = max(0, cfg.max_per_pop - int(on_now[a:b].sum()))
         allowed = min(room, cfg.max_new_per_round)
         idx = a + np.flatnonzero(pending[a:b])
         order = np.lexsort((prefixes[idx], low[idx], flap[idx], -duty[idx]))  # worst duty first
         ranked = idx[order]
         select[ranked[:allowed]] = True
         capped[ranked[allowed:]] = True
+    new_trial = np.zeros(n, dtype=bool)
+    if ev is not None:  # a selection starts a trial: its first block's arm
+        new_trial = select.copy()
+        select[:] = False
+        for j in np.flatnonzero(new_trial).tolist():
+            arm[j] = arm_at(str(pops[j]), str(prefixes[j]), now, 0, ev)
+        trial_since[new_trial] = now
+        t_eff[new_trial] = t_low[new_trial] = t_high[new_trial] = math.nan
+    in_trial = trial_go | new_trial
 
+    revert_effect = trial_revert
     reverted = revert_effect | revert_expired | revert_denied
     decision = np.full(n, SKIP, dtype=object)
     decision[keep] = KEEP
     decision[reverted] = REVERT
     decision[holdout] = HOLDOUT
+    decision[in_trial] = TRIAL
     decision[select] = SELECT
     is_select = select
-    is_holdout = holdout & ~select
-    is_revert = reverted & ~holdout & ~select
-    is_keep = keep & ~reverted & ~holdout & ~select
-    is_skip = ~(is_select | is_holdout | is_revert | is_keep)
+    is_trial = in_trial & ~select
+    is_holdout = holdout & ~select & ~in_trial
+    is_revert = reverted & ~holdout & ~select & ~in_trial
+    is_keep = keep & ~reverted & ~holdout & ~select & ~in_trial
+    is_skip = ~(is_select | is_trial | is_holdout | is_revert | is_keep)
 
     selected_since[select] = now
-    baseline_out[select] = low[select]
+    selected_since[trial_keep] = now
+    baseline_out[select | new_trial] = low[select | new_trial]
     cooldown_until[revert_effect] = now + cfg.cooldown_seconds
-    selected_since[~(keep | select)] = 0
-    clear_baseline = ~(keep | select | holdout)
+    selected_since[~(keep | select | in_trial)] = 0
+    selected_since[in_trial] = trial_since[in_trial]
+    clear_baseline = ~(keep | select | holdout | in_trial)
     baseline_out[clear_baseline] = math.nan
+    # the trial's start stays on the rows it decided (kept: while on BBR; reverted: that round)
+    clear_trial = ~(in_trial | is_keep | (is_revert & was_trial))
+    trial_since[clear_trial] = 0
+    t_eff[clear_trial] = t_low[clear_trial] = t_high[clear_trial] = math.nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        effect = np.where(measurable & (baseline > 0), low / baseline, math.nan)  # descriptive only
+    holdout_change = np.full(n, math.nan)
+    mature_holdout = holdout & ~new_holdout & (now - holdout_since >= cfg.min_hold_seconds) & np.isfinite(effect)
+    for a, b in bounds:
+        values = effect[a:b][mature_holdout[a:b]]
+        holdout_change[a:b] = float(np.median(values)) if len(values) else math.nan
 
     reason = np.full(n, "", dtype=object)
     texts = Texts(cfg, now, duty, flap, counted)
     put = texts.put
-    put(reason, is_select, texts.select, rtt, low)
-    kept_held = is_keep & held
-    put(reason, kept_held, texts.held, selected_since)
-    kept_nan = is_keep & ~held & ~np.isfinite(effect)
-    reason[kept_nan] = "effect not measurable this round (too little data); stays on BBR"
-    put(reason, is_keep & ~held & ~kept_nan, texts.effect_ok, baseline, low, effect, holdout_change)
+    put(reason, is_select | (is_trial & new_trial), texts.select, rtt, low)
+    for j in np.flatnonzero(is_trial & new_trial).tolist():
+        reason[j] = f"{reason[j]}; trial starts, first block {arm[j]}"
+    from_trial = (is_trial & ~new_trial) | (is_keep & trial_keep) | (is_revert & trial_revert)
+    reason[from_trial] = trial_why[from_trial]
+    kept_before = is_keep & ~trial_keep
+    put(reason, kept_before & (trial_since > 0), texts.kept, t_eff, t_low, t_high)
+    put(reason, kept_before & (trial_since == 0), texts.held, selected_since)
+    for j in np.flatnonzero(is_revert & trial_revert).tolist():
+        reason[j] = f"{reason[j]}; cooldown {_fmt_hours(cfg.cooldown_seconds)}"
     has_denial = refused
     put(reason, is_revert & has_denial, texts.denied, denied)
-    revert_neg = is_revert & ~has_denial & revert_effect
-    put(reason, revert_neg, texts.negative, baseline, low, effect, holdout_change)
     put(reason, is_revert & ~has_denial & ~revert_effect, texts.no_traffic, last_seen)
     put(reason, is_holdout, texts.holdout, candidate)
     # skip: the first rule that applies, in this order
@@ -261,7 +330,7 @@ def decide(
     out.update(
         {
             "decision": decision,
-            "algorithm": np.where(is_select | is_keep, cfg.algorithm, "cubic").astype(object),
+            "algorithm": np.where(is_select | is_keep | (is_trial & (arm == BBR)), cfg.algorithm, CUBIC).astype(object),
             "reason": reason,
             "holdout": holdout.astype("uint8"),
             "selected_since": selected_since,
@@ -271,6 +340,14 @@ def decide(
             "baseline_low_rate": baseline_out,
             "effect": effect,
             "holdout_effect": holdout_change,
+            "trial_since": trial_since,
+            "trial_effect": t_eff,
+            "trial_low": t_low,
+            "trial_high": t_high,
+            "new": is_select | (is_trial & new_trial),
+            "trial_ended": np.where(is_keep & trial_keep, KEEP, np.where(is_revert & trial_revert, REVERT, "")).astype(
+                object
+            ),
             "scored": scored,
         }
     )
@@ -315,13 +392,14 @@ def joined_columns(scores: pd.DataFrame, previous: pd.DataFrame) -> tuple[int, d
     decision = np.full(n, "", dtype=object)
     decision[row_of_prev] = p["decision"]
     cols["prev_decision"] = decision
-    for name in ("selected_since", "holdout_since", "cooldown_until", "last_seen"):
+    for name in ("selected_since", "holdout_since", "cooldown_until", "last_seen", "trial_since"):
         col = np.zeros(n, dtype="int64")
         col[row_of_prev] = p[name]
         cols[name] = col
-    baseline = np.full(n, math.nan)
-    baseline[row_of_prev] = p["baseline_low_rate"]
-    cols["baseline_low_rate"] = baseline
+    for name in ("baseline_low_rate", "trial_effect", "trial_low", "trial_high"):
+        col = np.full(n, math.nan)
+        col[row_of_prev] = p[name]
+        cols[name] = col
     return n, cols, scored
 
 
@@ -358,19 +436,13 @@ class Texts:
         return f"candidate: {self.duty_s(du, fl, c)}, min_rtt {rtt:.1f} ms; baseline low rate {_fmt_rate(low)}"
 
     def held(self, du: float, fl: float, c: int, since: int) -> str:
-        return f"min hold: on BBR {_fmt_hours(self.now - since)} of {_fmt_hours(self.cfg.min_hold_seconds)}"
+        return f"on BBR for {_fmt_hours(self.now - since)} (no trial: trials are off)"
 
-    def effect_ok(self, du: float, fl: float, c: int, base: float, low: float, eff: float, hold: float) -> str:
-        return f"effect OK: low rate {_fmt_rate(base)} -> {_fmt_rate(low)} (x{eff:.2f}, holdout x{hold:.2f})"
+    def kept(self, du: float, fl: float, c: int, eff: float, lo: float, hi: float) -> str:
+        return f"on BBR: kept by its trial (effect {_pct(eff)} [{_pct(lo)}, {_pct(hi)}])"
 
     def denied(self, du: float, fl: float, c: int, why: str) -> str:
         return f"denied: {why}"
-
-    def negative(self, du: float, fl: float, c: int, base: float, low: float, eff: float, hold: float) -> str:
-        return (
-            f"negative effect: low rate {_fmt_rate(base)} -> {_fmt_rate(low)} "
-            f"(x{eff:.2f}, holdout x{hold:.2f}); cooldown {_fmt_hours(self.cfg.cooldown_seconds)}"
-        )
 
     def no_traffic(self, du: float, fl: float, c: int, seen: int) -> str:
         return f"no traffic for {_fmt_hours(self.now - seen)}: released"
@@ -415,21 +487,31 @@ def summarize(decisions: pd.DataFrame) -> list[PopSummary]:
     if order is not None:
         pops, dec, scored, changes = pops[order], dec[order], scored[order], changes[order]
     out = []
+    algo = texts(decisions["algorithm"])
+    new = decisions["new"].to_numpy(dtype=bool) if "new" in decisions else dec == SELECT
+    ended = texts(decisions["trial_ended"]) if "trial_ended" in decisions else np.full(len(dec), "", dtype=object)
+    if order is not None:
+        algo, new, ended = algo[order], new[order], ended[order]
     for a, b in pop_bounds(pops):
         d = dec[a:b]
         select, keep = int((d == SELECT).sum()), int((d == KEEP).sum())
+        trial = d == TRIAL
+        trial_bbr = int((trial & (algo[a:b] == "bbr")).sum())
         finite = changes[a:b][~np.isnan(changes[a:b])]
         out.append(
             PopSummary(
                 pop=str(pops[a]),
                 scored=int(scored[a:b].sum()),
-                selected=select + keep,
-                new=select,
+                selected=select + keep + trial_bbr,
+                new=int(new[a:b].sum()),
                 kept=keep,
                 reverted=int((d == REVERT).sum()),
                 holdout=int((d == HOLDOUT).sum()),
                 skipped=int((d == SKIP).sum()),
                 holdout_change=float(finite[0]) if len(finite) else math.nan,
+                trials=int(trial.sum()),
+                kept_by_trial=int((ended[a:b] == KEEP).sum()),
+                reverted_by_trial=int((ended[a:b] == REVERT).sum()),
             )
         )
     return out

@@ -27,6 +27,10 @@ class DesiredState:
     round_id: str
     round_time_ns: int
     entries: list[DesiredEntry] = field(default_factory=list)
+    # prefixes in a running trial (not started this round) -> the trial's start (ns): a change of
+    # only these, each already on BBR in a POP-wide config since its trial began, is a switchback
+    # toggle of validated prefixes and skips the canary wave (controller/rollout/engine.py)
+    trial_prefixes: dict[str, int] = field(default_factory=dict)
 
 
 # What became of a round's desired state for one POP (table round_outcomes, one row per

@@ -14,6 +14,8 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from controller.evidence.load import Evidence, stored_trials
+from controller.evidence.settings import EvidenceConfig
 from controller.scoring.query import epoch_seconds, prefix_timeline, refresh, window_for
 from controller.scoring.round import run_round
 from controller.scoring.settings import ScoringConfig
@@ -51,11 +53,12 @@ def _rate(bytes_per_s: Any) -> str:
 
 
 def format_timeline(timeline: pd.DataFrame, start: dt.datetime, buckets: int, bucket_seconds: int) -> list[str]:
-    """One line per bucket of the window; buckets without data say so."""
+    """One line per bucket of the window; buckets without data say so.  `app-lim.`: the bucket's
+    qualifying samples that are app-limited (in `qualif.` only with include_app_limited)."""
     by_bucket: dict[int, dict[Any, Any]] = {}
     for record in timeline.to_dict("records"):
         by_bucket[epoch_seconds(_as_datetime(record["bucket"]))] = dict(record)
-    header = f"{'bucket (UTC)':<17} {'samples':>7} {'qualif.':>7}  {'statistic':>16}  {'threshold':>16}"
+    header = f"{'bucket (UTC)':<17} {'samples':>7} {'qualif.':>7} {'app-lim.':>8}  {'statistic':>16}  {'threshold':>16}"
     lines = [f"  {header}  state"]
     first = epoch_seconds(start)
     for i in range(buckets):
@@ -63,17 +66,27 @@ def format_timeline(timeline: pd.DataFrame, start: dt.datetime, buckets: int, bu
         when = dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M")
         row = by_bucket.get(ts)
         if row is None:
-            lines.append(f"  {when:<17} {'0':>7} {'0':>7}  {'-':>16}  {'-':>16}  no data")
+            lines.append(f"  {when:<17} {'0':>7} {'0':>7} {'0':>8}  {'-':>16}  {'-':>16}  no data")
             continue
         counted = bool(row["counted"])
         state = "not counted (too few qualifying samples)"
         if counted:
             state = "BAD" if bool(row["bad"]) else "good"
         lines.append(
-            f"  {when:<17} {int(row['samples']):>7} {int(row['qualifying']):>7}  "
+            f"  {when:<17} {int(row['samples']):>7} {int(row['qualifying']):>7} {int(row.get('app_limited', 0)):>8}  "
             f"{_rate(row['stat']) if counted else '-':>16}  {_rate(row['threshold']):>16}  {state}"
         )
     return lines
+
+
+def app_limited_line(timeline: pd.DataFrame, included: bool) -> str:
+    """The window's share of qualifying samples that are app-limited, and what became of them."""
+    flagged = int(timeline["app_limited"].sum()) if "app_limited" in timeline else 0
+    qualifying = int(timeline["qualifying"].sum()) if "qualifying" in timeline else 0
+    total = qualifying if included else qualifying + flagged
+    share = f"{flagged / total:.0%}" if total else "-"
+    fate = "counted (include-app-limited)" if included else "left out of the statistics"
+    return f"app-limited: {flagged} of {total} qualifying samples in the window ({share}), {fate}"
 
 
 def _as_datetime(value: Any) -> dt.datetime:
@@ -90,23 +103,27 @@ def explain(
     prefix: str,
     now: dt.datetime,
     refuse: Callable[[str], str | None] | None = None,
+    evidence: EvidenceConfig | None = None,
 ) -> str:
-    """The explanation text for one (pop, prefix) at `now` (refuse: as for run_round)."""
+    """The explanation text for one (pop, prefix) at `now` (refuse, evidence: as for run_round)."""
     prefix = mapped_to_ipv4(prefix)  # an IPv4 client on IPv6 sockets is its IPv4 prefix
     window = window_for(now, cfg)
-    source = "rollup tcpinfo_5m" if cfg.uses_rollup else f"raw tcpinfo, bytes_acked > {cfg.min_bytes}"
+    rollup = "tcpinfo_5m" if cfg.include_app_limited else "tcpinfo_5m_nal"
+    source = f"rollup {rollup}" if cfg.uses_rollup else f"raw tcpinfo, bytes_acked > {cfg.min_bytes}"
     out = [
         f"prefix {prefix} at POP {pop}",
         f"window {window.start:%Y-%m-%d %H:%M} - {window.end:%H:%M} UTC: {window.buckets} buckets of "
         f"{cfg.bucket_seconds} s from the {source}",
-        f"a bucket counts with >= {cfg.min_samples} qualifying samples; bad = median delivery rate below the "
+        f"a bucket counts with >= {cfg.min_samples} qualifying samples"
+        f"{'' if cfg.include_app_limited else ' (app-limited ones left out)'}; bad = median delivery rate below the "
         f"POP's {cfg.threshold_quantile:.0%} percentile of prefix medians in that bucket",
         "",
     ]
-    result = run_round(store, cfg, now, pop=pop, dry_run=True, refuse=refuse)
+    result = run_round(store, cfg, now, pop=pop, dry_run=True, refuse=refuse, evidence=evidence)
     keys = refresh(store, cfg, window, pop, result.round_time_ns)
     timeline = prefix_timeline(store, cfg, window, pop, prefix, keys)
     out.extend(format_timeline(timeline, window.start, window.buckets, cfg.bucket_seconds))
+    out.append(app_limited_line(timeline, cfg.include_app_limited))
     out.append("")
     rows = result.decisions[result.decisions["prefix"] == prefix]
     if rows.empty:
@@ -129,7 +146,34 @@ def explain(
         )
         out.append(f"decision now (dry run): {r['decision']} -> {r['algorithm']}: {r['reason']}")
     out.append(_last_recorded(store, pop, prefix))
+    out.extend(trial_lines(store, cfg, evidence or EvidenceConfig(), pop, prefix, now))
     return "\n".join(out)
+
+
+def trial_lines(
+    store: Store, cfg: ScoringConfig, evidence: EvidenceConfig, pop: str, prefix: str, now: dt.datetime
+) -> list[str]:
+    """The prefix's trials with their effects, from the effect model (the figures its decisions,
+    the report and the lab summary show)."""
+    trials = [t for t in stored_trials(store, now, pop) if t.prefix == prefix]
+    if not trials:
+        return ["trials: none"]
+    until = max(t.end for t in trials)
+    ev = Evidence.load(store, evidence, trials, cfg.bucket_seconds, until, cfg.min_bytes, cfg.include_app_limited)
+    out = [f"trials ({int(evidence.level * 100)}% intervals, bbr vs cubic buckets of this prefix):"]
+    for t in trials:
+        d, g = ev.effect(t), ev.effect(t, "goodput")
+        start = dt.datetime.fromtimestamp(t.since, dt.UTC)
+        state = {"keep": "kept", "revert": "reverted", "trial": "running"}.get(t.outcome, t.outcome)
+        out.append(
+            f"  from {start:%Y-%m-%d %H:%M} UTC, {t.rounds} rounds, {state}: p10 delivery rate {d.text()} "
+            f"({d.n_a} bbr / {d.n_b} cubic buckets, {d.samples} samples); p10 goodput {g.text()}"
+        )
+        out.append(f"    why: {t.reason}")
+    share = ev.app_limited_share()
+    if math.isfinite(share):
+        out.append(f"  app-limited samples left out of the trials: {share:.0%}")
+    return out
 
 
 def _last_recorded(store: Store, pop: str, prefix: str) -> str:

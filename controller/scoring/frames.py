@@ -7,6 +7,7 @@ turned into `str` once); rows are ordered by (pop, prefix) through one sort key 
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -50,11 +51,16 @@ def pop_bounds(pops: np.ndarray) -> list[tuple[int, int]]:
 
 
 def columns_of(df: pd.DataFrame | None, schema: dict[str, str]) -> dict[str, np.ndarray]:
-    """The frame's columns named in `schema` (name -> dtype), typed; absent ones empty."""
+    """The frame's columns named in `schema` (name -> dtype), typed; a column the frame lacks
+    (rows of an older schema) is 0 / nan / '' on each row; no rows: empty columns."""
     out = {}
+    rows = 0 if df is None else len(df)
     for name, dtype in schema.items():
-        if df is not None and name in df and len(df):
+        if df is not None and name in df and rows:
             out[name] = typed(df[name], dtype)
+        elif rows:
+            fill: object = "" if dtype == "object" else (math.nan if dtype == "float64" else 0)
+            out[name] = np.full(rows, fill, dtype=np.dtype(dtype))
         else:
             out[name] = np.array([], dtype=np.dtype(dtype))
     return out

@@ -17,6 +17,10 @@ The SQL does the heavy part inside ClickHouse 18.16 / chDB.  Per round:
 A prefix is one client network: the source rows of its socket families (an IPv4
 client on IPv4 and on IPv6 sockets, ::ffff:a.b.c.d, has the same IPv4 prefix)
 are merged, and `family` is the prefix's (2 or 10, from its text).
+App-limited samples (tcpinfo.app_limited) are not qualifying unless
+cfg.include_app_limited: the default 5-minute source is then the tcpinfo_5m_nal
+rollup (migration 009) instead of tcpinfo_5m, the raw source filters on the flag,
+and cfg.source (the cache key) differs between the two.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ def base_params(cfg: ScoringConfig, window: Window, pop: str) -> dict[str, Any]:
         "end": window.end,
         "bucket_seconds": cfg.bucket_seconds,
         "min_bytes": cfg.min_bytes,
+        "include_app_limited": cfg.include_app_limited,
         "min_samples": cfg.min_samples,
         "threshold_quantile": float(cfg.threshold_quantile),
         "min_rtt_us": float(cfg.min_rtt_ms * 1000.0),
@@ -181,7 +186,10 @@ def _record_versions(
 
 
 def _kind(cfg: ScoringConfig) -> str:
-    return "rollup" if cfg.uses_rollup else "raw"
+    """The source of scoring_fresh_*.sql and scoring_refresh_*.sql: tcpinfo_5m, tcpinfo_5m_nal or raw tcpinfo."""
+    if not cfg.uses_rollup:
+        return "raw"
+    return "rollup" if cfg.include_app_limited else "rollup_nal"
 
 
 def timeline_sql(keys: list[CacheKey]) -> str:
@@ -217,12 +225,14 @@ def score_prefixes(store: Store, cfg: ScoringConfig, window: Window, pop: str, k
 def prefix_timeline(
     store: Store, cfg: ScoringConfig, window: Window, pop: str, prefix: str, keys: list[CacheKey]
 ) -> pd.DataFrame:
-    """The bucket timeline of one prefix: statistic, threshold, counted, bad (for explain)."""
+    """The bucket timeline of one prefix: statistic, threshold, counted, bad and its qualifying
+    app-limited samples (for explain)."""
     import pandas as pd
 
     if not keys:
         return pd.DataFrame()
-    sql = splice(query("scoring_prefix_timeline"), {"timeline": timeline_sql(keys)})
+    flagged = query("scoring_prefix_app_limited_rollup" if cfg.uses_rollup else "scoring_prefix_app_limited_raw")
+    sql = splice(query("scoring_prefix_timeline"), {"timeline": timeline_sql(keys), "app_limited": flagged})
     return store.query_df(sql, {**base_params(cfg, window, pop), "prefix": prefix})
 
 

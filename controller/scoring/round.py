@@ -25,7 +25,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT, KEEP, SELECT, PopSummary, decide, summarize
+from controller.evidence.load import Evidence, Trial
+from controller.evidence.model import BBR, Effect
+from controller.evidence.settings import EvidenceConfig
+from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT, KEEP, SELECT, TRIAL, PopSummary, decide, summarize
 from controller.scoring.desired import RECORDED, DesiredEntry, DesiredState, PublishOutcome
 from controller.scoring.frames import pop_bounds, sort_key, sorting, texts
 from controller.scoring.query import Window, drop_old_cache, epoch_seconds, refresh, score_prefixes, window_for
@@ -65,10 +68,19 @@ def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -
     order = sorting(sort_key(pops, texts(decisions["prefix"])))
     rows = np.arange(len(pops)) if order is None else order
     pops = pops[rows]
-    chosen = (dec[rows] == SELECT) | (dec[rows] == KEEP)
+    algo = texts(decisions["algorithm"])[rows]
+    chosen = (dec[rows] == SELECT) | (dec[rows] == KEEP) | ((dec[rows] == TRIAL) & (algo == BBR))
+    new = decisions["new"].to_numpy(dtype=bool)[rows] if "new" in decisions else np.zeros(len(rows), dtype=bool)
+    toggling = (dec[rows] == TRIAL) & ~new
+    since = decisions["trial_since"].to_numpy(dtype="int64")[rows] if "trial_since" in decisions else None
+    prefixes = texts(decisions["prefix"])[rows]
     states = []
     for a, b in pop_bounds(pops):
         picked = rows[a:b][chosen[a:b]]
+        trial_prefixes = {}
+        if since is not None:
+            for j in np.flatnonzero(toggling[a:b]).tolist():
+                trial_prefixes[str(prefixes[a + j])] = int(since[a + j]) * 1_000_000_000
         entries = [
             DesiredEntry(
                 prefix=str(r["prefix"]),
@@ -81,8 +93,35 @@ def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -
             )
             for r in decisions.iloc[picked].to_dict("records")
         ]
-        states.append(DesiredState(pop=str(pops[a]), round_id=round_id, round_time_ns=round_time_ns, entries=entries))
+        states.append(
+            DesiredState(
+                pop=str(pops[a]),
+                round_id=round_id,
+                round_time_ns=round_time_ns,
+                entries=entries,
+                trial_prefixes=trial_prefixes,
+            )
+        )
     return states
+
+
+def running_trial_effects(
+    store: Store, cfg: ScoringConfig, evidence: EvidenceConfig | None, previous: pd.DataFrame, until: int
+) -> dict[tuple[str, str], Effect]:
+    """(pop, prefix) -> the effect of each running trial in `previous` over [its start, until)."""
+    if evidence is None or not evidence.trials or previous.empty:
+        return {}
+    running = previous[texts(previous["decision"]) == TRIAL]
+    if running.empty:
+        return {}
+    trials = [
+        Trial(str(p), str(x), int(s), until, TRIAL, "", 0)
+        for p, x, s in zip(texts(running["pop"]), texts(running["prefix"]), running["trial_since"], strict=True)
+    ]
+    ev = Evidence.load(
+        store, evidence, trials, cfg.bucket_seconds, until, cfg.min_bytes, cfg.include_app_limited, with_goodput=False
+    )
+    return {t.key: ev.effect(t) for t in trials}
 
 
 def run_round(
@@ -94,6 +133,7 @@ def run_round(
     expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
     publishing: bool = False,
     refuse: Callable[[str], str | None] | None = None,
+    evidence: EvidenceConfig | None = None,
 ) -> RoundResult:
     """Score every prefix of `pop` ('' = all POPs) at `now`; write selections unless dry_run.
 
@@ -102,6 +142,8 @@ def run_round(
     refuse: the per-prefix rule that filters the desired state ("why" or None): the caller
     passes validation's rule (controller/rollout/validate.py `refusal(policy)`); None
     refuses nothing (scoring does not know the publisher's policy).
+    evidence: the effect model's and trials' settings (None: no trials); the running trials'
+    effects are read from raw tcpinfo (controller/evidence/load.py) before deciding.
     Not a dry run: the selections rows and a `recorded` round_outcomes row per POP are
     written.  The scoring_buckets cache is refreshed even in a dry run (derived data).
     """
@@ -123,7 +165,21 @@ def run_round(
     timings["score"] = time.perf_counter() - t
     t = time.perf_counter()
     previous = load_previous(store, pop, now, include_recorded=not publishing)
-    decisions = decide(scores, previous, epoch_seconds(now), cfg, expire_seconds, refuse=refuse)
+    timings["previous"] = time.perf_counter() - t
+    t = time.perf_counter()
+    effects = running_trial_effects(store, cfg, evidence, previous, epoch_seconds(window.end))
+    timings["evidence"] = time.perf_counter() - t
+    t = time.perf_counter()
+    decisions = decide(
+        scores,
+        previous,
+        epoch_seconds(now),
+        cfg,
+        expire_seconds,
+        refuse=refuse,
+        evidence=evidence,
+        trial_effects=effects,
+    )
     timings["decide"] = time.perf_counter() - t
     states = desired_states(decisions, round_id, round_time_ns)
     written = 0

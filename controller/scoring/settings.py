@@ -12,12 +12,12 @@ import dataclasses
 from typing import Any
 
 from dyncc_common.errors import ConfigError
-from dyncc_common.settings import DURATION, FLOAT, INT, STR, Settings, setting
+from dyncc_common.settings import BOOL, DURATION, FLOAT, INT, STR, Settings, setting
 
 __all__ = ["DECISIONS", "ROLLUP_BUCKET_SECONDS", "ROLLUP_MIN_BYTES", "SCORING", "ScoringConfig"]
 
 ROLLUP_BUCKET_SECONDS = 300
-ROLLUP_MIN_BYTES = 102_400  # baked into tcpinfo_5m (sql/migrations/001_tcpinfo.sql)
+ROLLUP_MIN_BYTES = 102_400  # baked into tcpinfo_5m and tcpinfo_5m_nal (sql/migrations/001, 009)
 SCORING = "scoring definitions"
 DECISIONS = "decisions"
 
@@ -51,6 +51,10 @@ class ScoringConfig(Settings):
     min_bytes: int = setting(
         ROLLUP_MIN_BYTES, INT, "a flow qualifies when bytes_acked > this (not 102400 reads raw tcpinfo)",
         section=SCORING,
+    )  # fmt: skip
+    include_app_limited: bool = setting(
+        False, BOOL, "count app-limited samples (the server had no data to send) as qualifying; by default "
+        "they are left out", section=SCORING,
     )  # fmt: skip
     min_samples: int = setting(
         5, INT, "qualifying samples for a prefix to count in a bucket (scoring's min_samples)", section=SCORING,
@@ -89,8 +93,13 @@ class ScoringConfig(Settings):
 
     @property
     def source(self) -> str:
-        """Names the statistics' definition in the scoring_buckets cache."""
-        return "rollup" if self.uses_rollup else f"raw:{self.bucket_seconds}:{self.min_bytes}"
+        """Names the statistics' definition in the scoring_buckets cache.
+
+        With include_app_limited it is the name the definition had before app-limited samples
+        were left out (the cache then written still serves it); without, ":nal" is added.
+        """
+        name = "rollup" if self.uses_rollup else f"raw:{self.bucket_seconds}:{self.min_bytes}"
+        return name if self.include_app_limited else f"{name}:nal"
 
     @property
     def uses_rollup(self) -> bool:

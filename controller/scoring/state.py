@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from controller.scoring.decide import ON_BBR, SKIP, STATE_COLUMNS, empty_state
+from controller.scoring.decide import ON_BBR, SKIP, STATE_COLUMNS, TRIAL, empty_state
 from controller.scoring.desired import IN_FORCE, KILLED, RECORDED, DesiredState, PublishOutcome
 from controller.scoring.frames import by_pop_prefix, columns_of, frame, texts
 from controller.store import sql as sql_files
@@ -75,9 +75,10 @@ def load_previous(store: Store, pop: str, now: dt.datetime, include_recorded: bo
     out = frame(columns)
     killed = [p for p, (_, outcome, _) in latest.items() if outcome == KILLED]
     if killed:  # the kill switch removed every route: nothing is on BBR, other state stays
-        off = out["pop"].isin(killed) & out["decision"].isin(ON_BBR)
+        off = out["pop"].isin(killed) & out["decision"].isin((*ON_BBR, TRIAL))
         out.loc[off, "decision"] = SKIP
         out.loc[off, "selected_since"] = 0
+        out.loc[off, "trial_since"] = 0
         out.loc[off, "baseline_low_rate"] = np.nan
     return out
 
@@ -129,7 +130,8 @@ def _datetimes(seconds: Any) -> np.ndarray:
 
 
 def write_round(store: Store, decisions: pd.DataFrame, round_id: str, round_time_ns: int) -> int:
-    """Insert the round's decision rows into `selections`; returns the rows written."""
+    """Insert the round's decision rows into `selections` (and the rows of its trials into
+    `trial_rounds`); returns the selections rows written."""
     n = len(decisions)
     if n == 0:
         return 0
@@ -168,7 +170,28 @@ def write_round(store: Store, decisions: pd.DataFrame, round_id: str, round_time
         "effect": d["effect"].to_numpy(dtype="float64"),
         "holdout_effect": d["holdout_effect"].to_numpy(dtype="float64"),
     }
-    return store.insert_columns("selections", columns)
+    written = store.insert_columns("selections", columns)
+    in_trial = np.flatnonzero(d["trial_since"].to_numpy(dtype="int64") > 0)
+    if len(in_trial):  # the trial rows of the round (sql/migrations/010_trials.sql)
+        t = d.iloc[in_trial]
+        m = len(in_trial)
+        store.insert_columns(
+            "trial_rounds",
+            {
+                "round_id": [round_id] * m,
+                "round_time": _datetimes(np.full(m, round_s)),
+                "pop": texts(t["pop"]),
+                "prefix": texts(t["prefix"]),
+                "decision": texts(t["decision"]),
+                "algorithm": texts(t["algorithm"]),
+                "reason": texts(t["reason"]),
+                "trial_since": _datetimes(t["trial_since"]),
+                "trial_effect": t["trial_effect"].to_numpy(dtype="float64"),
+                "trial_low": t["trial_low"].to_numpy(dtype="float64"),
+                "trial_high": t["trial_high"].to_numpy(dtype="float64"),
+            },
+        )
+    return written
 
 
 def _text(value: Any) -> str:

@@ -3,7 +3,8 @@
 -- it in that poll) and size class (bytes_acked above 102400, or not).  With `dyncc agent
 -- --enforce bpf` a treated prefix's connections start on cubic and are switched to bbr once past
 -- the config's threshold, so the rows compare switched and unswitched flows; with the route
--- mode every connection of a treated prefix is on bbr from its first packet.
+-- mode every connection of a treated prefix is on bbr from its first packet, except in its
+-- trial's CUBIC blocks and after a revert (a trial prefix is treated: report_treatment_groups.sql).
 -- {{groups}} is report_treatment_groups.sql (the group and t0 of each (pop, prefix)).
 -- Parameters: %(pop)s ('' = all), %(start)s, %(end)s.
 SELECT

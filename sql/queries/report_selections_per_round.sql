@@ -1,5 +1,7 @@
--- dyncc report: per round and POP, prefixes newly selected for BBR (decision 'select'),
--- all on BBR this round ('select' or 'keep') and held out as the control group ('holdout').
+-- dyncc report: per round and POP, prefixes newly selected for BBR (decision 'select', or the
+-- first round of a trial: 'trial' whose selected_since, the trial's start, is the round time),
+-- all on BBR this round ('select', 'keep', or a trial block whose algorithm is bbr), in a trial
+-- ('trial', either arm) and held out as the control group ('holdout').
 -- Only rounds whose decisions reached the edges: the round's outcome (its latest round_outcomes
 -- row) is published, unchanged or legacy.  A round re-run at the same time counts once (the
 -- one recorded last).
@@ -8,8 +10,9 @@ SELECT
     toUnixTimestamp(round_time) AS ts,
     pop,
     any(round_id) AS round,
-    countIf(decision = 'select') AS new_selected,
-    countIf(decision IN ('select', 'keep')) AS on_bbr,
+    countIf(decision = 'select' OR (decision = 'trial' AND selected_since = round_time)) AS new_selected,
+    countIf(decision IN ('select', 'keep') OR (decision = 'trial' AND algorithm = 'bbr')) AS on_bbr,
+    countIf(decision = 'trial') AS in_trial,
     countIf(decision = 'holdout') AS holdout
 FROM selections
 WHERE (%(pop)s = '' OR pop = %(pop)s)

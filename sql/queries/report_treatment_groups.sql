@@ -1,6 +1,7 @@
--- dyncc report: the treated (moved to BBR: 'select'/'keep') and holdout prefixes per POP, with
--- the time each entered its group (t0: first such round up to %(end)s).  A prefix that was
--- ever treated counts as treated.  Only rounds whose decisions reached the edges count: the
+-- dyncc report: the treated (assigned to BBR: 'select', 'keep' or a 'trial' of switchback
+-- blocks) and holdout prefixes per POP, with the time each entered its group (t0: first such
+-- round up to %(end)s).  A prefix that was ever treated counts as treated (intent to treat: a
+-- trial's CUBIC blocks and a revert stay in the treated group).  Only rounds whose decisions reached the edges count: the
 -- round's outcome (its latest round_outcomes row) is published, unchanged or legacy; a rejected,
 -- failed or held round changed nothing on the edges.
 -- Parameters: %(pop)s ('' = all), %(end)s.
@@ -14,13 +15,13 @@ FROM
     SELECT
         pop,
         prefix,
-        countIf(decision IN ('select', 'keep')) AS treated_rounds,
-        minIf(round_time, decision IN ('select', 'keep')) AS t_treated,
+        countIf(decision IN ('select', 'keep', 'trial')) AS treated_rounds,
+        minIf(round_time, decision IN ('select', 'keep', 'trial')) AS t_treated,
         minIf(round_time, decision = 'holdout') AS t_holdout
     FROM selections
     WHERE (%(pop)s = '' OR pop = %(pop)s)
       AND round_time < %(end)s
-      AND decision IN ('select', 'keep', 'holdout')
+      AND decision IN ('select', 'keep', 'trial', 'holdout')
       AND (pop, round_id) IN
       (
           SELECT pop, round_id

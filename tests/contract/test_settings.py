@@ -215,7 +215,17 @@ def _default_problem(old: dict[str, Any], new: dict[str, Any], row: Any, effecti
 ADDED_SINCE = {
     "schema --cluster: a new option",
     # the fleet lab: POPs x edge hosts and path classes instead of one edge with slow / fine links
-    "demo --duration: default '3m' -> 270.0",
+    "demo --duration: default '3m' -> 360.0",
+    # evidence: app-limited samples left out by default; the effect model and per-prefix trials
+    "control --include-app-limited: a new option",
+    "control --effect-level: a new option",
+    "control --purity: a new option",
+    "control --min-arm-samples: a new option",
+    "control --min-arm-buckets: a new option",
+    "control --trial-blocks: a new option",
+    "control --trial-min-blocks: a new option",
+    "control --trial-block-rounds: a new option",
+    "control --trial-at-limit: a new option",
     "demo --round-seconds: default 20 -> 15",
     "lab --round-seconds: default 20 -> 15",
     "lab --lookback-buckets: default 12 -> 8",

@@ -1,6 +1,8 @@
 """The decision code as it was before the scoring round was made faster: the reference for
 tests/controller/scoring/test_decide_equal.py, which checks that controller/scoring/decide.py
-decides exactly the same on random data.  Frozen: do not "fix" it; pure pandas, no I/O.
+decides exactly the same on random data.  Frozen but for one rule change: a prefix on BBR is no
+longer reverted on a point ratio against its baseline (reverts by effect come from trials,
+controller/evidence), and the trial columns are there (no trials: 0 / nan).  Pure pandas, no I/O.
 """
 
 from __future__ import annotations
@@ -183,7 +185,8 @@ def reference_decide(
     worse_than_before = effect < 1.0 - cfg.revert_margin
     worse_than_holdout = ~np.isfinite(holdout_change) | (effect < holdout_change - cfg.revert_margin)
     revert_denied = was_bbr & refused
-    revert_effect = was_bbr & ~held & ~refused & np.isfinite(effect) & worse_than_before & worse_than_holdout
+    # reverts by effect come from trials now (controller/evidence): none without one
+    revert_effect = was_bbr & ~held & ~refused & np.isfinite(effect) & worse_than_before & worse_than_holdout & False
     revert_expired = was_bbr & ~held & ~refused & ~revert_effect & expired
     keep = was_bbr & ~revert_effect & ~revert_expired & ~revert_denied
 
@@ -248,18 +251,8 @@ def reference_decide(
             reason[i] = (
                 f"candidate: {duty_s[i]}, min_rtt {v['rtt'][i]:.1f} ms; baseline low rate {_fmt_rate(v['low'][i])}"
             )
-        elif d == KEEP:
-            if v["held"][i]:
-                reason[i] = (
-                    f"min hold: on BBR {_fmt_hours(now - v['selected_since'][i])} of {_fmt_hours(cfg.min_hold_seconds)}"
-                )
-            elif not math.isfinite(v["effect"][i]):
-                reason[i] = "effect not measurable this round (too little data); stays on BBR"
-            else:
-                reason[i] = (
-                    f"effect OK: low rate {_fmt_rate(v['baseline'][i])} -> {_fmt_rate(v['low'][i])} "
-                    f"(x{v['effect'][i]:.2f}, holdout x{v['holdout_change'][i]:.2f})"
-                )
+        elif d == KEEP:  # no trials: on BBR until denied or gone
+            reason[i] = f"on BBR for {_fmt_hours(now - v['selected_since'][i])} (no trial: trials are off)"
         elif d == REVERT:
             if v["denied"][i]:
                 reason[i] = f"denied: {v['denied'][i]}"
@@ -289,6 +282,10 @@ def reference_decide(
     out["baseline_low_rate"] = baseline_out
     out["effect"] = effect
     out["holdout_effect"] = holdout_change
+    out["trial_since"] = np.zeros(len(out), dtype="int64")
+    out["trial_effect"] = out["trial_low"] = out["trial_high"] = math.nan
+    out["new"] = decision == SELECT
+    out["trial_ended"] = ""
     out["scored"] = scored
     # Rows worth writing: every scored prefix, plus unscored ones carrying state.
     keep_row = scored | np.isin(decision, (*ON_BBR, HOLDOUT, REVERT)) | (out["cooldown_until"].to_numpy() > 0)

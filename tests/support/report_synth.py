@@ -14,6 +14,13 @@ selected at `LATE` is reverted with a decision's reason text.
 per POP, a share of them treated or holdout, a known BBR effect on the treated
 and reverts), for the report's many-prefix tests and its build-time
 measurement.
+
+`insert_trials` is the effect model's dataset (controller/evidence): rounds every
+`TRIAL_ROUND_S` seconds, each selected prefix running a trial of switchback blocks whose
+arms come from controller/evidence/trial.py; its tcpinfo rows carry the arm's `cc` and the
+selections rows the trial (decision 'trial', algorithm = the arm), ending
+kept, reverted, still running, or kept and later reverted for lack of traffic; the rows that
+belong to a trial also go to trial_rounds (010) with the trial's start and stored effect.
 """
 
 from __future__ import annotations
@@ -532,15 +539,31 @@ class Decision:
     holdout_effect: float = math.nan
     baseline_low_rate: float = math.nan
     low_delivery_rate: float = 0.0
+    algorithm: str = ""  # default: bbr for select / keep, cubic otherwise
+    trial_since: dt.datetime | None = None  # set: the row belongs to a trial (a trial_rounds row)
+    trial_effect: float = math.nan
+    trial_low: float = math.nan
+    trial_high: float = math.nan
 
     @property
     def rid(self) -> str:
         return self.round_id or f"r{self.round_time:%H%M%S}"
 
 
+EPOCH = dt.datetime(1970, 1, 1)
+
+
+def algorithm(d: Decision) -> str:
+    return d.algorithm or ("bbr" if d.decision in ("select", "keep") else "cubic")
+
+
+def selected_since(d: Decision) -> dt.datetime:
+    return d.trial_since if d.decision == "trial" and d.trial_since else EPOCH
+
+
 def insert_decisions(store: Store, decisions: list[Decision], status: dict[str, str] | None = None) -> None:
-    """selections rows, and one round_outcomes row per (pop, round): `status` by round id
-    (default published)."""
+    """selections rows, trial_rounds rows for the decisions with a `trial_since`, and one
+    round_outcomes row per (pop, round): `status` by round id (default published)."""
     store.insert_columns(
         "selections",
         {
@@ -555,8 +578,30 @@ def insert_decisions(store: Store, decisions: list[Decision], status: dict[str, 
             "holdout_effect": np.array([d.holdout_effect for d in decisions], dtype=np.float64),
             "baseline_low_rate": np.array([d.baseline_low_rate for d in decisions], dtype=np.float64),
             "low_delivery_rate": np.array([d.low_delivery_rate for d in decisions], dtype=np.float64),
+            "algorithm": [algorithm(d) for d in decisions],
+            # a trial's row carries the trial's start as selected_since (controller/scoring/decide.py)
+            "selected_since": np.array([np.datetime64(selected_since(d), "s") for d in decisions], "datetime64[s]"),
         },
     )
+    # the rows that belong to a trial (in it, kept by it, reverted by it): table trial_rounds (010)
+    trial = [d for d in decisions if d.trial_since is not None]
+    if trial:
+        store.insert_columns(
+            "trial_rounds",
+            {
+                "round_id": [d.rid for d in trial],
+                "round_time": np.array([np.datetime64(d.round_time, "s") for d in trial], dtype="datetime64[s]"),
+                "pop": [d.pop for d in trial],
+                "prefix": [d.prefix for d in trial],
+                "decision": [d.decision for d in trial],
+                "algorithm": [algorithm(d) for d in trial],
+                "reason": [d.reason for d in trial],
+                "trial_since": np.array([np.datetime64(d.trial_since, "s") for d in trial], dtype="datetime64[s]"),
+                "trial_effect": np.array([d.trial_effect for d in trial], dtype=np.float64),
+                "trial_low": np.array([d.trial_low for d in trial], dtype=np.float64),
+                "trial_high": np.array([d.trial_high for d in trial], dtype=np.float64),
+            },
+        )
     rounds = sorted({(d.rid, d.round_time, d.pop) for d in decisions})
     store.insert_columns(
         "round_outcomes",
@@ -567,3 +612,206 @@ def insert_decisions(store: Store, decisions: list[Decision], status: dict[str, 
             "status": [(status or {}).get(r[0], "published") for r in rounds],
         },
     )
+
+
+# ---- trials: the effect model's dataset
+
+TRIAL_ROUND_S = 30  # round spacing: the bucket length the trials are judged on (not the report's auto 60 s)
+TRIAL_MINUTES = 60  # telemetry span from T0
+TRIAL_FIRST_ROUND = T0 + dt.timedelta(minutes=5)
+TRIAL_POLL_S = 5  # one qualifying socket poll per prefix every 5 s: 6 per bucket
+TRIAL_APP_LIMITED_EVERY = 6  # every 6th poll is app-limited (and slow): left out of the effect
+TRIAL_BLOCKS = 8  # rounds of an ended trial (EvidenceConfig's default trial_blocks, 1 round per block)
+TRIAL_RUNNING_ROUNDS = 6
+TRIAL_EXPIRE_AFTER = 10  # kept-then-expired: reverted (no traffic) this many rounds after the keep
+#: kind -> BBR's rate multiplier; a prefix's kind is KINDS[i % 4]
+TRIAL_KINDS = {"kept": 1.5, "reverted": 0.7, "running": 1.2, "expired": 1.4}
+KINDS = tuple(TRIAL_KINDS)
+
+
+@dataclass
+class Trials:
+    prefixes: dict[str, list[str]]  # per POP, index order (trial prefixes)
+    holdout: dict[str, str]  # per POP: the one holdout prefix
+    kind: dict[tuple[str, str], str]  # (pop, prefix) -> a TRIAL_KINDS key
+    since: dict[tuple[str, str], dt.datetime]  # trial start
+    base: dict[tuple[str, str], float] = field(default_factory=dict)  # CUBIC rate (bytes/s) before noise
+    rounds: list[dt.datetime] = field(default_factory=list)
+    tcpinfo_rows: int = 0
+    http_rows: int = 0
+    app_limited: int = 0  # qualifying polls flagged app-limited
+    qualifying: int = 0  # qualifying polls in all (app-limited included) of the trial prefixes
+
+    @property
+    def end(self) -> dt.datetime:
+        return T0 + dt.timedelta(minutes=TRIAL_MINUTES)
+
+    def in_force(self) -> set[tuple[str, str]]:
+        return {k for k, v in self.kind.items() if v == "kept"}
+
+
+def trial_prefix(pop_index: int, i: int) -> str:
+    return str(ipaddress.ip_network(f"2001:db8:{0x100 + pop_index:x}:{i << 8:x}::/56"))
+
+
+def _trial_schedule(trials: Trials, pop: str, prefix: str) -> dict[dt.datetime, tuple[str, str, str]]:
+    """round time -> (decision, algorithm, reason) of one prefix's rows."""
+    from controller.evidence.settings import EvidenceConfig
+    from controller.evidence.trial import arm_at
+
+    cfg = EvidenceConfig()
+    step = dt.timedelta(seconds=TRIAL_ROUND_S)
+    kind = trials.kind[(pop, prefix)]
+    since = trials.since[(pop, prefix)]
+    t_since = int(since.replace(tzinfo=dt.UTC).timestamp())
+    out: dict[dt.datetime, tuple[str, str, str]] = {}
+    length = TRIAL_RUNNING_ROUNDS if kind == "running" else TRIAL_BLOCKS
+    for k in range(length):
+        arm = arm_at(pop, prefix, t_since, k, cfg)
+        why = "selected; trial starts, first block " + arm if k == 0 else f"trial block {k + 1} of at most 8"
+        out[since + k * step] = ("trial", arm, why)
+    if kind == "running":
+        return out
+    end = since + TRIAL_BLOCKS * step
+    if kind == "reverted":
+        out[end] = ("revert", "cubic", f"trial reverted after {TRIAL_BLOCKS} blocks: synthetic {pop} {prefix}")
+        return out
+    out[end] = ("keep", "bbr", f"trial kept after {TRIAL_BLOCKS} blocks: synthetic {pop} {prefix}")
+    t = end + step
+    stop = end + TRIAL_EXPIRE_AFTER * step if kind == "expired" else trials.end
+    while t < min(stop, trials.end):
+        out[t] = ("keep", "bbr", "kept by its trial")
+        t += step
+    if kind == "expired" and stop < trials.end:
+        out[stop] = ("revert", "cubic", "no traffic for the expiry time")
+    return out
+
+
+def insert_trials(store: Store, prefixes_per_pop: int = 8, seed: int = 5, http: bool = True) -> Trials:
+    """Trial prefixes (kinds in turn: kept, reverted, running, expired) and one holdout per POP.
+
+    Ended trials start 5 to 41 minutes after T0 (staggered by index), running ones 6 rounds
+    before the end.  Every 5 s each trial prefix has a qualifying poll (every 6th app-limited, at
+    a third of the rate) and every bucket one 1 MB request; a socket's `cc` is its round's arm
+    (bbr after a keep, cubic before the trial and after a revert), and on bbr its rate is the
+    kind's multiplier times the prefix's base rate (lognormal noise of 10 % on every poll).
+    """
+    rng = np.random.default_rng(seed)
+    step = dt.timedelta(seconds=TRIAL_ROUND_S)
+    trials = Trials({}, {}, {}, {})
+    for p, pop in enumerate(POPS):
+        trials.prefixes[pop] = [trial_prefix(p, i) for i in range(prefixes_per_pop)]
+        trials.holdout[pop] = trial_prefix(p, prefixes_per_pop)
+        for i, prefix in enumerate(trials.prefixes[pop]):
+            kind = KINDS[i % len(KINDS)]
+            trials.kind[(pop, prefix)] = kind
+            if kind == "running":
+                trials.since[(pop, prefix)] = trials.end - TRIAL_RUNNING_ROUNDS * step
+            else:
+                trials.since[(pop, prefix)] = TRIAL_FIRST_ROUND + dt.timedelta(minutes=5 + (i // 4) % 36)
+    t = TRIAL_FIRST_ROUND
+    while t < trials.end:
+        trials.rounds.append(t)
+        t += step
+    schedules = {key: _trial_schedule(trials, *key) for key in trials.kind}
+
+    polls = TRIAL_MINUTES * 60 // TRIAL_POLL_S
+    times = np.array([np.datetime64(T0, "s") + np.timedelta64(TRIAL_POLL_S * k + 2, "s") for k in range(polls)])
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in ("pop", "prefix", "time", "rate", "cc", "app")}
+    requests: list[HttpRequest] = []
+    round_times = np.array([np.datetime64(r, "s") for r in trials.rounds])
+    for pop in POPS:
+        for prefix in [*trials.prefixes[pop], trials.holdout[pop]]:
+            base = 1.5e6 * float(rng.lognormal(0.0, 0.3))
+            trials.base[(pop, prefix)] = base
+            cc = np.full(polls, "cubic", dtype=object)
+            schedule = schedules.get((pop, prefix), {})
+            if schedule:  # each poll runs the arm of the latest round before it (cubic outside the rows)
+                idx = np.searchsorted(round_times, times, side="right") - 1
+                arms = np.array([schedule.get(r, ("", "cubic", ""))[1] for r in trials.rounds], dtype=object)
+                on = idx >= 0
+                cc[on] = arms[idx[on]]
+            mult = TRIAL_KINDS.get(trials.kind.get((pop, prefix), ""), 1.0)
+            rate = base * rng.lognormal(0.0, 0.1, polls) * np.where(cc == "bbr", mult, 1.0)
+            app = (np.arange(polls) % TRIAL_APP_LIMITED_EVERY) == TRIAL_APP_LIMITED_EVERY - 1
+            rate = np.where(app, rate / 3, rate)
+            for c, v in (("pop", pop), ("prefix", prefix)):
+                cols[c].append(np.full(polls, v, dtype=object))
+            cols["time"].append(times)
+            cols["rate"].append(rate)
+            cols["cc"].append(cc)
+            cols["app"].append(app)
+            if (pop, prefix) in trials.kind:
+                trials.app_limited += int(app.sum())
+                trials.qualifying += polls
+            if http:
+                per_bucket = TRIAL_ROUND_S // TRIAL_POLL_S
+                for b in range(polls // per_bucket):
+                    k = b * per_bucket + 3  # the bucket's 4th poll: not app-limited
+                    end = times[k].astype(dt.datetime) + dt.timedelta(seconds=1, milliseconds=500)
+                    goodput = rate[k] * 0.8 * float(rng.uniform(0.95, 1.05))
+                    requests.append(HttpRequest(end, pop, prefix, 200, HTTP_BYTES, HTTP_BYTES / goodput))
+    pop_c, prefix_c, time_c, rate_c, cc_c, app_c = (
+        np.concatenate(cols[k]) for k in ("pop", "prefix", "time", "rate", "cc", "app")
+    )
+    rows = len(time_c)
+    acked = np.full(rows, 600_000, dtype=np.uint64)
+    trials.tcpinfo_rows = store.insert_columns(
+        "tcpinfo",
+        {
+            "time": time_c.astype("datetime64[s]"),
+            "time_ns": time_c.astype("datetime64[s]").astype(np.int64).astype(np.uint64) * np.uint64(1_000_000_000),
+            "pop": list(pop_c),
+            "host": [f"{x}-edge1" for x in pop_c],
+            "prefix": list(prefix_c),
+            "family": np.full(rows, 10, dtype=np.uint8),
+            "cc": list(cc_c),
+            "cookie": np.arange(1, rows + 1, dtype=np.uint64),
+            "bytes_acked": acked,
+            "delivery_rate": rate_c.astype(np.uint64),
+            "app_limited": app_c.astype(np.uint8),
+            "min_rtt": np.full(rows, 40_000, dtype=np.uint32),
+            "busy_time": (acked / rate_c * 1e6).astype(np.uint64) + np.uint64(1),
+            "bytes_sent": acked,
+            "bytes_retrans": np.zeros(rows, dtype=np.uint64),
+        },
+    )
+    trials.http_rows = insert_http(store, requests) if http else 0
+
+    decisions: list[Decision] = []
+    for r in trials.rounds:
+        rid = f"t{r:%H%M%S}"
+        for pop in POPS:
+            decisions.append(Decision(r, pop, trials.holdout[pop], "holdout", round_id=rid, reason="holdout"))
+            for prefix in trials.prefixes[pop]:
+                key = (pop, prefix)
+                row = schedules[key].get(r)
+                if row is None:
+                    decisions.append(Decision(r, pop, prefix, "skip", round_id=rid, reason="not a candidate"))
+                    continue
+                decision, algorithm, reason = row
+                since = trials.since[key] if reason != "no traffic for the expiry time" else None
+                mult = TRIAL_KINDS[trials.kind[key]]
+                stored = mult - 1 if decision in ("keep", "revert") else math.nan
+                # a trial's revert row as decide.py writes it: the low rate now, effect = now / at
+                # selection (descriptive), the baseline cleared
+                measured = decision == "revert" and since is not None
+                decisions.append(
+                    Decision(
+                        r,
+                        pop,
+                        prefix,
+                        decision,
+                        round_id=rid,
+                        reason=reason,
+                        algorithm=algorithm,
+                        trial_since=since,
+                        trial_effect=stored if since else math.nan,
+                        trial_low=stored - 0.1 if since else math.nan,
+                        trial_high=stored + 0.1 if since else math.nan,
+                        effect=mult if measured else math.nan,
+                        low_delivery_rate=trials.base[key] * mult if measured else 0.0,
+                    )
+                )
+    insert_decisions(store, decisions)
+    return trials

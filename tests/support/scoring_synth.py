@@ -3,6 +3,8 @@
 Each prefix follows a pattern over consecutive buckets; the rest of the POP is
 "normal" traffic so the per-bucket threshold sits between the two.  Pure numpy /
 pandas: `samples_frame` builds rows, `insert_samples` (I/O) loads them into tcpinfo.
+A pattern may add app-limited samples (tcpinfo.app_limited = 1), which the scoring
+leaves out unless include_app_limited.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ class Pattern:
 
     bad: a per-bucket sequence (cycled) of True = poor rates, False = normal rates;
     qualifying / small: samples per bucket with bytes_acked 1 MB / 50 KB;
-    rtt_ms: min_rtt; rate_scale multiplies the rates (effect after BBR).
+    rtt_ms: min_rtt; rate_scale multiplies the rates (effect after BBR);
+    app_limited: more samples per bucket with bytes_acked 1 MB flagged app-limited, at poor
+    rates (BAD_RATE x rate_scale) whatever the bucket: what a server with little to send measures.
     """
 
     bad: tuple[bool, ...]
@@ -36,6 +40,7 @@ class Pattern:
     small: int = 0
     rtt_ms: float = 40.0
     rate_scale: float = 1.0
+    app_limited: int = 0
 
 
 STEADY_BAD = Pattern(bad=(True,))
@@ -54,7 +59,7 @@ def samples_frame(
     bucket_seconds: int = 300,
     seed: int = 1,
 ) -> pd.DataFrame:
-    """Rows (time, pop, prefix, family, bytes_acked, delivery_rate, min_rtt) for every bucket."""
+    """Rows (time, pop, prefix, family, bytes_acked, delivery_rate, min_rtt, app_limited) for every bucket."""
     import pandas as pd
 
     rng = np.random.default_rng(seed)
@@ -63,11 +68,16 @@ def samples_frame(
         family = 6 if ":" in prefix else 4
         for b in range(buckets):
             n = pat.qualifying + pat.small
-            if n == 0:
+            if n + pat.app_limited == 0:
                 continue
             lo, hi = BAD_RATE if pat.bad[b % len(pat.bad)] else GOOD_RATE
             rates = rng.integers(lo, hi, n) * pat.rate_scale
             offsets = rng.integers(0, bucket_seconds, n)
+            rtt = int(pat.rtt_ms * 1000) + rng.integers(0, 500)
+            flagged = pat.app_limited
+            if flagged:  # drawn after the rest: patterns without app-limited samples stay as they were
+                rates = np.r_[rates, rng.integers(*BAD_RATE, flagged) * pat.rate_scale]
+                offsets = np.r_[offsets, rng.integers(0, bucket_seconds, flagged)]
             parts.append(
                 pd.DataFrame(
                     {
@@ -75,9 +85,12 @@ def samples_frame(
                         "pop": pop,
                         "prefix": prefix,
                         "family": family,
-                        "bytes_acked": np.r_[np.full(pat.qualifying, 1_000_000), np.full(pat.small, 50_000)],
+                        "bytes_acked": np.r_[
+                            np.full(pat.qualifying, 1_000_000), np.full(pat.small, 50_000), np.full(flagged, 1_000_000)
+                        ],
                         "delivery_rate": rates.astype("uint64"),
-                        "min_rtt": np.full(n, int(pat.rtt_ms * 1000) + rng.integers(0, 500)),
+                        "min_rtt": np.full(n + flagged, rtt),
+                        "app_limited": np.r_[np.zeros(n, dtype="uint8"), np.ones(flagged, dtype="uint8")],
                     }
                 )
             )
@@ -85,7 +98,9 @@ def samples_frame(
 
 
 def insert_samples(store: Store, df: pd.DataFrame) -> int:
-    """Insert synthetic rows into tcpinfo (the rollup's MV fills tcpinfo_5m)."""
+    """Insert synthetic rows into tcpinfo (the rollups' MVs fill tcpinfo_5m and tcpinfo_5m_nal);
+    rows without an app_limited column are not app-limited."""
+    flags = df["app_limited"] if "app_limited" in df else np.zeros(len(df))
     return store.insert_columns(
         "tcpinfo",
         {
@@ -96,5 +111,13 @@ def insert_samples(store: Store, df: pd.DataFrame) -> int:
             "bytes_acked": df["bytes_acked"].to_numpy(dtype="uint64"),
             "delivery_rate": df["delivery_rate"].to_numpy(dtype="uint64"),
             "min_rtt": df["min_rtt"].to_numpy(dtype="uint32"),
+            "app_limited": np.asarray(flags, dtype="uint8"),
         },
     )
+
+
+def app_limited_left_out(df: pd.DataFrame) -> pd.DataFrame:
+    """The samples with the app-limited ones made non-qualifying (bytes_acked 0): what the default
+    scoring counts, in a form the pandas reference (tests/support/scoring_reference.py) scores."""
+    flagged = df["app_limited"].to_numpy() != 0
+    return df.assign(bytes_acked=np.where(flagged, 0, df["bytes_acked"].to_numpy()))

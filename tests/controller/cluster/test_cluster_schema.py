@@ -17,7 +17,7 @@ from controller.store.topology import SHARDING_KEY, shard_database
 from tests.support.cluster_util import cluster_node
 
 ROOT = Path(__file__).resolve().parents[3]
-SHARDED = frozenset({"tcpinfo", "tcpinfo_5m", "ingest_batches", "http_requests", "http_log_ledger"})
+SHARDED = frozenset({"tcpinfo", "tcpinfo_5m", "tcpinfo_5m_nal", "ingest_batches", "http_requests", "http_log_ledger"})
 
 
 def test_sharded_tables_are_the_telemetry_its_rollup_the_requests_and_the_ledgers() -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from controller.cli import main as dyncc_main
 from controller.control import cli as control_cli
+from controller.control import loop as control_loop
 from controller.control.settings import ControlSettings
 from controller.store import open_store
 from controller.store.migrate import apply_migrations
@@ -57,12 +58,13 @@ def test_once_dry_run_and_explain(chdb_url: str, capsys: pytest.CaptureFixture[s
 
     assert control_cli.run(parse(["--clickhouse", chdb_url, "--once", "--dry-run", "--at", AT])) == 0
     out = capsys.readouterr().out
-    assert out.strip().split("\t")[:3] == ["pop1", "203.0.113.0/24", "select"]
+    assert out.strip().split("\t")[:3] == ["pop1", "203.0.113.0/24", "trial"]  # a selection starts a trial
+    assert "trial starts, first block" in out
     assert store.query_rows("SELECT count() FROM selections")[0][0] == 0
 
     assert control_cli.run(parse(["--clickhouse", chdb_url, "--once", "--at", AT])) == 0
     rows = store.query_rows("SELECT decision, count() FROM selections GROUP BY decision ORDER BY decision")
-    assert [(str(d), int(n)) for d, n in rows] == [("select", 1), ("skip", 20)]
+    assert [(str(d), int(n)) for d, n in rows] == [("skip", 20), ("trial", 1)]
 
     args = parse(
         [
@@ -81,8 +83,9 @@ def test_once_dry_run_and_explain(chdb_url: str, capsys: pytest.CaptureFixture[s
     text = capsys.readouterr().out
     assert text.count(" BAD") == 35  # 35 buckets with data in the shifted window, all bad
     assert "duty cycle 1.00" in text
-    assert "decision now (dry run): keep -> bbr: min hold" in text
-    assert "last recorded decision: select" in text
+    assert "decision now (dry run): trial -> " in text and ": trial block 2 of at most 8" in text
+    assert "last recorded decision: trial" in text
+    assert "trials (90% intervals" in text and ", running: p10 delivery rate n/a" in text
 
 
 def test_scheduler_rounds_and_stop(chdb_url: str) -> None:
@@ -91,8 +94,8 @@ def test_scheduler_rounds_and_stop(chdb_url: str) -> None:
     now = int(time.time())
     synth.insert_samples(store, synth.samples_frame("lab", PATTERNS, now - 40, 50, bucket_seconds=1))
     args = parse(["--clickhouse", chdb_url, "--bucket", "1s", "--lookback", "36s", "--min-hold", "1h"])
-    metrics = control_cli.Metrics()
-    controller = control_cli.Controller(store, ControlSettings.from_sources(vars(args)), metrics)
+    metrics = control_loop.Metrics()
+    controller = control_loop.Controller(store, ControlSettings.from_sources(vars(args)), metrics)
     stop = StopFlag()
     threading.Timer(3.2, stop.set).start()
     started = time.monotonic()
@@ -104,8 +107,8 @@ def test_scheduler_rounds_and_stop(chdb_url: str) -> None:
         "SELECT round_id, decision FROM selections WHERE prefix = '203.0.113.0/24' ORDER BY round_time_ns"
     )
     assert len({r[0] for r in rows}) == len(rows) >= 2
-    assert [str(r[1]) for r in rows[:2]] == ["select", "keep"]
-    assert metrics.registry.get_sample_value("dyncc_control_prefixes_selected", {"pop": "lab"}) == 1
+    assert [str(r[1]) for r in rows[:2]] == ["trial", "trial"]  # a selection starts a trial, which goes on
+    assert metrics.registry.get_sample_value("dyncc_control_trials", {"pop": "lab"}) == 1
 
 
 def _free_port() -> int:

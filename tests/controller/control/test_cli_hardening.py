@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from controller.cli import main as dyncc_main
 from controller.control import cli as control_cli
+from controller.control import loop as control_loop
 from controller.control.settings import ControlSettings, cap_conflicts
 from controller.report.data import compose, render_view, view_text
 from controller.rollout.generate import build_config
@@ -64,14 +65,19 @@ def insert(store: Store, bad: list[str], normal: int) -> None:
     synth.insert_samples(store, synth.samples_frame(POP, patterns, START, 48))
 
 
+# The round's bookkeeping (outcomes, state, kill switch, holds) is what these tests check, with
+# selected prefixes going straight to BBR: trials off (tests/controller/evidence has trials).
+NO_TRIALS = ("--trial-blocks", "0")
+
+
 def control(url: str, when: dt.datetime, *options: str) -> int:
-    return dyncc_main(["control", "--clickhouse", url, "--once", "--at", iso(when), *options])
+    return dyncc_main(["control", "--clickhouse", url, "--once", "--at", iso(when), *NO_TRIALS, *options])
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="dyncc control")
     control_cli.configure(parser)
-    return parser.parse_args(argv)
+    return parser.parse_args([*argv, *NO_TRIALS])
 
 
 def round_ids(store: Store) -> list[tuple[str, str]]:
@@ -124,7 +130,7 @@ def test_rejected_round_never_becomes_state(store: Store, store_url: str, keys: 
 
     # caps lifted by mistake (what `--max-new 1000` did before start-up checks refused it)
     settings = ControlSettings.from_sources(vars(parse(["--clickhouse", store_url, "--once", *options])))
-    controller = control_cli.Controller(store, settings, control_cli.Metrics())
+    controller = control_loop.Controller(store, settings, control_loop.Metrics())
     controller.cfg = replace(settings.scoring, max_new_per_round=1000, max_per_pop=1000)  # past the start checks
     rejected = controller.round(at(5))
     assert rejected is not None
@@ -133,7 +139,7 @@ def test_rejected_round_never_becomes_state(store: Store, store_url: str, keys: 
     assert control(store_url, at(10), *options) == 0
     assert config_statuses(store) == [(1, "published"), (2, "rejected"), (2, "published")]
     assert rejected.outcomes[POP].status == "rejected" and "change_too_large" in rejected.outcomes[POP].reason
-    assert "configs: 1 rejected" in control_cli.round_line(rejected, False)
+    assert "configs: 1 rejected" in control_loop.round_line(rejected, False)
     (r1, s1), (r2, s2), (r3, s3) = round_ids(store)
     assert (s1, s2, s3) == ("published", "rejected", "published")
     assert r2 == rejected.round_id

@@ -3,11 +3,8 @@ when each phase starts, and the per-phase values fed to the difference in differ
 
 from __future__ import annotations
 
-import pandas as pd
-
 from controller.lab.model import ControlOutcome, PrefixScore
-from controller.lab.outcomes import RoundView, class_outcomes, phase_values, phases
-from controller.report.effects import did
+from controller.lab.outcomes import RoundView, class_outcomes, phases
 
 B = 15
 T0 = 1_800_000_000 // B * B
@@ -63,23 +60,3 @@ def test_phases_groups_and_windows():
     assert (c["lossy"].prefixes, c["lossy"].selected, c["lossy"].holdout, c["lossy"].reverted) == (3, 2, 1, 0)
     assert (c["deep"].selected, c["deep"].reverted, c["deep"].revert_rounds) == (1, 1, [8])
     assert c["fine"].selected == 0 and c["lossy"].first_selected_round == 3
-
-
-def test_phase_values_feed_a_known_difference_in_differences():
-    ph = phases(_rounds(), CLASSES, POPS, HOSTS, B)
-    rows = []
-    for k in range(10):  # bucket starts T0 .. T0 + 9B
-        ts = T0 + k * B
-        after = ts >= T0 + 5 * B
-        rows += [
-            (ts, "lab-a", T1, 2e6 if after else 1e6, 10),  # x2 on BBR
-            (ts, "lab-a", T2, 3e6 if after else 1.5e6, 10),  # x2
-            (ts, "lab-a", H1, 1.1e6 if after else 1e6, 10),  # holdout x1.1
-        ]
-    buckets = pd.DataFrame(rows, columns=["ts", "pop", "prefix", "p10", "n"])
-    values = phase_values(buckets, ph, "lossy")
-    assert len(values) == 6 and set(values["grp"]) == {"treated", "holdout"}
-    before = values[(values.prefix == T1) & (values.phase == "before")]
-    assert float(before["value"].iloc[0]) == 1e6 and int(before["samples"].iloc[0]) == 20
-    result = did(values, "lossy", min_samples=3)
-    assert result.estimate is not None and abs(result.estimate - (2 / 1.1 - 1)) < 1e-9

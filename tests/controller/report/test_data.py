@@ -228,3 +228,50 @@ def test_compose_splices_only_report_query_files():
             compose("report_delivery_by_pop", source=bad)
     with pytest.raises(ValueError, match="slots"):
         compose("report_delivery_by_pop", source=SOURCE_RAW, groups=GROUPS)
+
+
+def _title_legend_overlaps(monkeypatch: pytest.MonkeyPatch, draw) -> list[str]:
+    """Draw with `draw()` and return, per axes whose legend overlaps its title, the title text."""
+    from matplotlib.text import Text
+
+    found: list[str] = []
+
+    def check(fig) -> str:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is None:
+                continue
+            box = legend.get_window_extent(renderer)
+            titles = [ax.get_title(loc=loc) for loc in ("left", "center", "right")]
+            for child in ax.get_children():
+                is_title = isinstance(child, Text) and child.get_text() and child.get_text() in titles
+                if is_title and child.get_window_extent(renderer).overlaps(box):
+                    found.append(child.get_text())
+        return "<svg></svg>"
+
+    monkeypatch.setattr(report_plots, "_svg", check)
+    assert draw() is not None
+    return found
+
+
+def test_plot_titles_and_legends_do_not_overlap(monkeypatch):
+    """Issue 24: the per-ISP chart's title was drawn over its legend (8 ISPs with long names)."""
+    window = Window(T, T + dt.timedelta(hours=2))
+    times = [pd.Timestamp(T + dt.timedelta(minutes=5 * k)) for k in range(24)]
+    isps = [f"AS{64496 + k} Example Broadband Provider {k}" for k in range(8)]
+    isp = pd.DataFrame(
+        [
+            {"isp": name, "time": t, "qualifying": 100 - k, "p5": 1e6, "p10": 1.2e6 + k}
+            for k, name in enumerate(isps)
+            for t in times
+        ]
+    )
+    configs = pd.DataFrame({"pop": [], "version": [], "time": [], "entries": [], "kill_switch": []})
+    assert _title_legend_overlaps(monkeypatch, lambda: report_plots.isp_svg(isp, configs, window)) == []
+    series = _series(24)
+    goodput = series.rename(columns={"qualifying": "requests"})
+    assert _title_legend_overlaps(monkeypatch, lambda: report_plots.delivery_rate_svg(series, configs, window)) == []
+    draw_goodput = lambda: report_plots.goodput_svg(goodput, None, configs, window, "Goodput per POP")  # noqa: E731
+    assert _title_legend_overlaps(monkeypatch, draw_goodput) == []

@@ -150,9 +150,9 @@ def test_goodput_falls_back_to_busy_time_and_says_so(store: Store, tmp_path):
     for pop in rs.POPS:
         assert path_points(goodput, f"goodput-{pop}-p10") == synth.buckets
     assert "goodput-treated-p10" not in goodput
-    effect = section_html(page, "effect")
-    assert "p10 goodput: not computed: no access-log rows" in effect and "<h3>p10 goodput</h3>" not in effect
-    assert "<h3>p10 delivery rate</h3>" in effect
+    did = section_html(page, "did")
+    assert "p10 goodput: not computed: no access-log rows" in did and "<h3>p10 goodput</h3>" not in did
+    assert "<h3>p10 delivery rate</h3>" in did
 
     # rows in the window, but none qualifies: no fallback, the section says why it is empty
     end = rs.T0 + dt.timedelta(hours=1)

@@ -16,7 +16,8 @@ from controller.store import Store
 from tests.support import report_synth as rs
 from tests.support.svg import path_points
 
-SECTIONS = ("delivery", "selections", "treated", "effect", "reverted", "isp", "goodput", "bbrshare")
+SECTIONS = ("delivery", "selections", "effect", "trials", "reverted", "treated", "did", "isp", "goodput", "bbrshare")
+TRIAL_SECTIONS = ("effect", "trials")  # the effect model's: no data without trials
 VIEWS = (
     "delivery_rate_percentiles_by_pop",
     "new_selections_per_round",
@@ -44,11 +45,17 @@ def test_report_on_synthetic_data(store: Store, tmp_path):
     out = tmp_path / "report.html"
     summary = write_report(store, out, asn_table=asn, title="Lab <report>")
     page = out.read_text()
-    assert summary.sections == {key: True for key in SECTIONS}
+    # this dataset predates trials: the effect model's sections say there is none
+    assert summary.sections == {key: key not in TRIAL_SECTIONS for key in SECTIONS}
     assert summary.pops == list(rs.POPS)
     assert summary.window is not None and summary.window.start == rs.T0
     assert_self_contained(page)
-    assert "Lab &lt;report&gt;" in page and "data-nodata" not in page
+    assert "Lab &lt;report&gt;" in page
+    assert re.findall(r'data-nodata="(\w+)"', page) == list(TRIAL_SECTIONS)
+    assert "No trial ran in the report window" in section_html(page, "effect")
+    assert "n/a (no prefix to pool; 0 trials, 0 samples)" in page  # the headline says so too
+    assert "(DiD" not in page.split('<section id="delivery">')[0]  # the headline is the model's only
+    assert out.stat().st_mode & 0o777 == 0o644
 
     delivery = section_html(page, "delivery")
     for pop in rs.POPS:
@@ -85,20 +92,21 @@ def test_report_on_synthetic_data(store: Store, tmp_path):
     for grp in ("treated", "holdout"):
         assert path_points(goodput, f"goodput-{grp}-p10") == synth.buckets
 
-    # the DiD: per POP and over all POPs, for both metrics; a real effect on both
-    effect = section_html(page, "effect")
+    # the population check (DiD): per POP and over all POPs, for both metrics; a real effect on both
+    did = section_html(page, "did")
     for metric in ("delivery", "goodput"):
-        assert path_points(effect, f"effect-{metric}-lax") == 1  # one holdout prefix: no interval
+        assert path_points(did, f"did-{metric}-lax") == 1  # one holdout prefix: no interval
         for scope in ("ord", "all"):
-            assert path_points(effect, f"effect-{metric}-{scope}") == 2
-    assert effect.count("no interval: the holdout group has one prefix") == 2
-    rows = re.findall(r"<tr><td>all POPs</td><td[^>]*>([+-][\d.]+)%</td><td[^>]*>([+-][\d.]+)% … ([+-][\d.]+)%", effect)
+            assert path_points(did, f"did-{metric}-{scope}") == 2
+    assert did.count("no interval: the holdout group has one prefix") == 2
+    rows = re.findall(r"<tr><td>all POPs</td><td[^>]*>([+-][\d.]+)%</td><td[^>]*>([+-][\d.]+)% … ([+-][\d.]+)%", did)
     assert len(rows) == 2
     for est, lo, hi in rows:
         assert 0 < float(lo) < float(est) < float(hi) and 50 < float(est) < 150
 
     reverted = section_html(page, "reverted")
-    assert re.search(r"<td>ord</td><td>198\.52\.5\.0/24</td><td>84 Mbit/s → 67.2 Mbit/s</td><td>x0.80</td>", reverted)
+    row = r"<td>ord</td><td>198\.52\.5\.0/24</td><td>84 Mbit/s → 67.2 Mbit/s</td><td>no trial</td>"
+    assert re.search(row, reverted)
     assert "negative effect: low rate 84.00 Mbit/s -&gt; 67.20 Mbit/s" in reverted
 
     # --pop filter: only that POP's lines
@@ -130,7 +138,7 @@ def test_report_cli(store_url: str, store: Store, tmp_path, capsys):
     argv = ["report", "--clickhouse", store_url, "-o", str(out), "--since", "1h", "--pop", "ord", "--bucket", "5m"]
     assert main(argv) == 0
     line = capsys.readouterr().out
-    assert "8/8" not in line and str(out) in line  # no ASN file: the ISP section is not drawn
+    assert "10/10" not in line and str(out) in line  # no ASN file: the ISP section is not drawn
     page = out.read_text()
     assert path_points(section_html(page, "delivery"), "delivery-ord-p10") == 12  # the last hour
 
@@ -166,10 +174,10 @@ def test_short_window_uses_raw_buckets(store: Store, tmp_path):
     assert "per 30\u00a0s" in page and synth.buckets == 36
     # the DiD: only the cohort entering its groups at rs.COHORT has data before and after in this
     # window, one treated prefix in lax and one holdout in ord: an estimate over both POPs, no interval
-    effect = section_html(page, "effect")
-    assert summary.sections["effect"] and path_points(effect, "effect-delivery-all") == 1
-    assert effect.count("no interval: the treated and holdout groups have one prefix") == 2
-    assert "no before data: every holdout prefix entered its group before the window" in effect
+    did = section_html(page, "did")
+    assert summary.sections["did"] and path_points(did, "did-delivery-all") == 1
+    assert did.count("no interval: the treated and holdout groups have one prefix") == 2
+    assert "no before data: every holdout prefix entered its group before the window" in did
     assert summary.sections["reverted"] and rs.prefix_of(1, rs.REVERTED) in section_html(page, "reverted")
 
 

@@ -295,3 +295,34 @@ def test_settings_built_directly_take_the_defaults(store: Store, tmp_path: Path)
     cfg = RolloutConfig(publish_dir=tmp_path / "cfg", private_key=private)
     publish_round(Publisher(store, cfg), [desired("lax", D1)])
     assert CongestionConfig.FromString((tmp_path / "cfg" / "lax.cfg").read_bytes()).version == 1
+
+
+def test_trial_toggles_of_canaried_prefixes_skip_the_canary_wave(env: Env) -> None:
+    """A switchback trial toggles a prefix every block: once the prefix was on BBR in a POP-wide
+    config since its trial began, toggling it (off or on again) goes to the whole POP at once; a
+    prefix never published POP-wide in its trial, or any other change, still goes to the canary."""
+    since = time.time_ns() - 10**9
+    trials = {p: since for p in D1}
+    env.round(D1)  # v1: POP-wide (no host known yet)
+    env.report(*(status(h, 1, 1) for h in HOSTS))
+
+    def toggle(prefixes: list[str], trial_prefixes: dict[str, int]) -> rs.RolloutState:
+        state = desired("lax", prefixes)
+        state.trial_prefixes = trial_prefixes
+        publish_round(env.publisher, [state])
+        return env.state()
+
+    off = toggle(D1[1:], trials)  # the cubic block of D1[0]
+    assert (off.phase, off.event, off.stable_version) == ("idle", "full", 2)
+    assert "trial" in off.reason
+    env.report(*(status(h, 2, 2) for h in HOSTS))
+    on = toggle(D1, trials)  # back on bbr: it was in v1 since its trial began
+    assert (on.phase, on.event, on.stable_version) == ("idle", "full", 3)
+    env.report(*(status(h, 3, 3) for h in HOSTS))
+    got = env.configs()
+    assert [(k, c.version, list(c.target_hosts)) for k, c in got] == [("lax", 1, []), ("lax", 2, []), ("lax", 3, [])]
+
+    # a trial prefix not yet on BBR POP-wide in its trial: the canary first
+    later = time.time_ns()
+    fresh = toggle(D2, {**trials, **{p: later for p in ADDED}})
+    assert (fresh.phase, fresh.wave_hosts) == ("canary", ("edge-1",))

@@ -80,6 +80,10 @@ def random_case(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, ScoringConfig, i
             "cooldown_until": np.where(rng.random(m) < 0.2, NOW + rng.choice([-1, 0, 1, 5], m) * HOUR, 0),
             "last_seen": np.where(rng.random(m) < 0.9, NOW - rng.choice([0, 1, 100, 167, 168, 200], m) * HOUR, 0),
             "baseline_low_rate": _pick(rng, [0.0, 1e6, 2e6, math.nan], m),
+            "trial_since": np.zeros(m, dtype="int64"),
+            "trial_effect": np.full(m, math.nan),
+            "trial_low": np.full(m, math.nan),
+            "trial_high": np.full(m, math.nan),
         }
     )
     cfg = ScoringConfig(
@@ -145,4 +149,8 @@ def test_state_columns_unchanged() -> None:
         "cooldown_until",
         "last_seen",
         "baseline_low_rate",
+        "trial_since",
+        "trial_effect",
+        "trial_low",
+        "trial_high",
     ]

@@ -231,10 +231,12 @@ def wait_mutations(store: Store, table: str, timeout: float = 60.0) -> None:
 
 def test_migration_006_repairs_stored_data(store_url: str) -> None:
     store = open_store(store_url)
+    # the data predate 009 (no tcpinfo_5m_nal): scored as then, app-limited samples counted
+    old = replace(CFG, include_app_limited=True)
     try:
         before = [m for m in migrations() if m.version < 6]
         assert apply_migrations(store, before).applied == [m.version for m in before]
-        window, _ = load(store, CFG)
+        window, _ = load(store, old)
         store.execute(OLD_REFRESH_ROLLUP)
         store.execute(OLD_VERSIONS)
         old_round: dict[str, Any] = {  # a round recorded before: the IPv4 prefixes under the socket family that won
@@ -248,15 +250,15 @@ def test_migration_006_repairs_stored_data(store_url: str) -> None:
         }
         store.insert_columns("selections", old_round)
         # before 006 the stale cache is current for the scoring (same sample counts): split halves
-        keys = refresh(store, CFG, window, "pop1", 2)
-        stale = score_prefixes(store, CFG, window, "pop1", keys)
+        keys = refresh(store, old, window, "pop1", 2)
+        stale = score_prefixes(store, old, window, "pop1", keys)
         assert row_of(stale, DUAL_SPLIT)["counted_buckets"] == 0
         assert row_of(stale, DUAL_BOTH)["counted_buckets"] == 2 * window.buckets
 
         assert 6 in apply_migrations(store).applied
         wait_mutations(store, "selections")
-        keys = refresh(store, CFG, window, "pop1", 3)
-        assert_one_client_network(score_prefixes(store, CFG, window, "pop1", keys), window)
+        keys = refresh(store, old, window, "pop1", 3)
+        assert_one_client_network(score_prefixes(store, old, window, "pop1", keys), window)
         fixed = store.query_rows("SELECT prefix, family FROM selections WHERE round_id = 'old'")
         assert {text(p): int(f) for p, f in fixed} == {DUAL_SPLIT: AF_INET, MAPPED_ONLY: AF_INET, IPV6: AF_INET6}
 
@@ -265,7 +267,7 @@ def test_migration_006_repairs_stored_data(store_url: str) -> None:
         for statement in sql_template.split_statements(sql_template.render_markers(m006.text, store.version())):
             store.execute(statement)
         wait_mutations(store, "selections")
-        result = run_round(store, CFG, NOW, pop="pop1")
+        result = run_round(store, old, NOW, pop="pop1")
         split = row_of(result.decisions, DUAL_SPLIT)
         assert split["counted_buckets"] == window.buckets and split["decision"] == "select"
         rows = store.query_rows("SELECT prefix, family FROM selections")

@@ -56,6 +56,7 @@ class Run:
     rows: dict[str, ClassRow] = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)
     report_same: bool | None = None  # every figure of the summary's evidence lines is in the report
+    app_limited: dict[str, tuple[int, int]] = field(default_factory=dict)  # class -> (app-limited, all)
 
 
 def parse(stdout: str) -> tuple[dict[str, ClassRow], list[str]]:
@@ -81,6 +82,44 @@ def same_in_report(evidence: list[str], report: Path) -> bool:
     return bool(figures) and all(f"{e} [{lo}, {hi}]" in text for e, lo, hi in figures)
 
 
+APP_LIMITED_SQL = (
+    "SELECT prefix, countIf(app_limited != 0), count() FROM tcpinfo WHERE bytes_acked > 102400 GROUP BY prefix"
+)
+SHARE_SCRIPT = """
+import csv, sys
+from controller.store import open_store
+asn = {r["prefix"]: int(r["asn"]) for r in csv.DictReader(open(sys.argv[2]))}
+classes = ("lossy", "deep", "alternating", "lowrtt")
+tally = {}
+with open_store(sys.argv[1]) as store:
+    for prefix, flagged, total in store.query_rows(sys.argv[3]):
+        p = prefix.decode() if isinstance(prefix, bytes) else str(prefix)
+        a = asn.get(p, 0)
+        k = classes[a - 64496] if 64496 <= a < 64500 else "fine"
+        f, t = tally.get(k, (0, 0))
+        tally[k] = (f + int(flagged), t + int(total))
+for k, (f, t) in sorted(tally.items()):
+    print(k, f, t)
+"""
+
+
+def app_limited_shares(work: Path) -> dict[str, tuple[int, int]]:
+    """Per class: (app-limited, all) qualifying samples of a demo's store (a child process: chDB
+    holds one directory per process)."""
+    url = f"chdb://{work / 'chdb'}?database=dyncc_lab"
+    proc = subprocess.run(
+        [sys.executable, "-c", SHARE_SCRIPT, url, str(work / "lab-asn.csv"), APP_LIMITED_SQL],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    out = {}
+    for line in proc.stdout.splitlines():
+        k, f, t = line.split()
+        out[k] = (int(f), int(t))
+    return out
+
+
 def run_one(name: str, argv: list[str], report: Path | None) -> Run:
     started = time.monotonic()
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -88,6 +127,7 @@ def run_one(name: str, argv: list[str], report: Path | None) -> Run:
     run.rows, run.evidence = parse(proc.stdout)
     if report is not None and report.exists():
         run.report_same = same_in_report(run.evidence, report)
+        run.app_limited = app_limited_shares(report.parent)
     (Path(tempfile.gettempdir()) / f"lab-acceptance-{name}.log").write_text(proc.stdout + proc.stderr)
     return run
 
@@ -103,6 +143,9 @@ def print_run(run: Run) -> None:
         print(f"  {line}")
     if run.report_same is not None:
         print(f"  report headline = terminal summary: {'yes' if run.report_same else 'NO'}")
+    if run.app_limited:
+        shares = ", ".join(f"{k} {f / t:.0%} of {t}" for k, (f, t) in sorted(run.app_limited.items()) if t)
+        print(f"  app-limited share of qualifying samples: {shares}")
 
 
 def checks(runs: list[Run]) -> list[tuple[str, int, int]]:

@@ -48,7 +48,15 @@ class EvidenceConfig(Settings):
         "revert", STR, "decision when the last block ends without a conclusive effect", section=EVIDENCE,
         choices=AT_LIMIT,
     )  # fmt: skip
+    trial_max_rounds: int = setting(
+        0, INT, "rounds a trial may take before it ends at its limit (0: 3 x trial-blocks x trial-block-rounds)",
+        section=EVIDENCE,
+    )  # fmt: skip
     trial_salt: str = dataclasses.field(default="dyncc-trial-v1", init=False)  # not a setting
+
+    @property
+    def max_rounds(self) -> int:
+        return self.trial_max_rounds or 3 * self.trial_blocks * self.trial_block_rounds
 
     @property
     def trials(self) -> bool:
@@ -65,6 +73,8 @@ class EvidenceConfig(Settings):
             raise ConfigError("min-arm-buckets must be at least 2 (a variance needs two buckets)")
         if self.trial_blocks < 0 or self.trial_block_rounds < 1:
             raise ConfigError("trial-blocks must not be negative and trial-block-rounds must be at least 1")
+        if self.trial_max_rounds < 0:
+            raise ConfigError("trial-max-rounds must not be negative")
         if self.trial_blocks and not 2 <= self.trial_min_blocks <= self.trial_blocks:
             raise ConfigError(
                 f"trial-min-blocks {self.trial_min_blocks} must be between 2 and trial-blocks {self.trial_blocks}"

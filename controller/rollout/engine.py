@@ -203,14 +203,21 @@ class RolloutEngine:
                 left,
             )
             return state
+        hosts = self._hosts(pop, latest)
+        toggle = bool(self.settings.staging and hosts) and self._trial_toggle(pop, desired, diff)
+        if self.settings.staging and hosts and not toggle:
+            # a change that mixes trial toggles with prefixes a canary must see: the toggles go
+            # POP-wide now, the rest waits for the next round (so toggles never wait for a wave)
+            split = self._toggles_only(pop, desired, stable, diff, last + 1, now)
+            if split is not None:
+                config, diff, toggle = split, diff_entries(stable, split.entries), True
+                fp = fingerprint(config.entries)
         reasons = validate(
             config, previous=stable, last_version=last, available=available_algorithms(latest), policy=self.policy
         )
         if reasons:
             self._reject(config, "candidate", diff, reasons)
             return state
-        hosts = self._hosts(pop, latest)
-        toggle = self.settings.staging and hosts and self._trial_toggle(pop, desired, diff)
         if self.settings.staging and hosts and not toggle:
             canary = choose_canary(pop, hosts, self.settings.canary_hosts.get(pop, ()), self.settings.canary_fraction)
             config.target_hosts.extend(canary)
@@ -255,14 +262,30 @@ class RolloutEngine:
             reason=f"published to the whole POP ({why})",
         )
 
-    def _trial_toggle(self, pop: str, desired: DesiredState, diff: ConfigDiff) -> bool:
-        """Whether the change only toggles running trials' prefixes, and each prefix it puts on
-        BBR was on BBR in a POP-wide config (a promotion or a full publish) since its trial began:
-        such a change needs no canary wave of its own (a removal returns to the default)."""
+    def _toggles_only(
+        self, pop: str, desired: DesiredState, stable: list[PrefixEntry], diff: ConfigDiff, version: int, now: int
+    ) -> CongestionConfig | None:
+        """The stable config with only the change's validated trial toggles applied (removals of
+        trial prefixes, and additions of trial prefixes already on BBR POP-wide in their trial),
+        or None when there are none."""
         trials = desired.trial_prefixes
-        if not diff.total or not set(diff.prefixes) <= set(trials):
-            return False
-        needed = set(diff.added) | set(diff.changed)
+        if not trials:
+            return None
+        wanted = {e.prefix: e for e in generate(desired, version, created_at_ns=now, lock=self.settings.lock).entries}
+        removed = [p for p in diff.removed if p in trials]
+        on = [p for p in (*diff.added, *diff.changed) if p in trials]
+        validated = self._validated(pop, set(on), trials) if on else set()
+        if not removed and not validated:
+            return None
+        entries = {e.prefix: e for e in stable}
+        for p in removed:
+            entries.pop(p, None)
+        for p in validated:
+            entries[p] = wanted[p]
+        return build_config(pop, version, entries.values(), created_at_ns=now, round_id=desired.round_id)
+
+    def _validated(self, pop: str, needed: set[str], trials: Mapping[str, int]) -> set[str]:
+        """Those of `needed` that were on BBR in a POP-wide config since their trial began."""
         seen: set[str] = set()
         for version, status, kind, *_, created_ns in rs.config_history(self.store, pop, limit=TOGGLE_HISTORY):
             if needed <= seen:
@@ -273,7 +296,17 @@ class RolloutEngine:
             for e in config.entries if config is not None else ():
                 if e.prefix in needed and int(created_ns) >= trials[e.prefix]:
                     seen.add(e.prefix)
-        return needed <= seen
+        return seen
+
+    def _trial_toggle(self, pop: str, desired: DesiredState, diff: ConfigDiff) -> bool:
+        """Whether the change only toggles trial prefixes, and each prefix it puts on BBR was on
+        BBR in a POP-wide config (a promotion or a full publish) since its trial began: such a
+        change needs no canary wave of its own (a removal returns to the default)."""
+        trials = desired.trial_prefixes
+        if not diff.total or not set(diff.prefixes) <= set(trials):
+            return False
+        needed = set(diff.added) | set(diff.changed)
+        return needed <= self._validated(pop, needed, trials) if needed else True
 
     def _advance(self, state: RolloutState, latest: Mapping[str, HostReport], now: int) -> RolloutState:
         th = self.settings.thresholds

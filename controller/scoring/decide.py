@@ -41,7 +41,7 @@ import numpy as np
 
 from controller.evidence.model import BBR, CUBIC, Effect, none
 from controller.evidence.settings import EvidenceConfig
-from controller.evidence.trial import GO_ON, arm_at, judge
+from controller.evidence.trial import GO_ON, judge, next_arm
 from controller.evidence.trial import KEEP as KEEP_VERDICT
 from controller.scoring.frames import by_pop_prefix, columns_of, frame, pop_bounds, sorting, texts
 from controller.scoring.query import SCORE_COLUMNS
@@ -212,14 +212,13 @@ def decide(
             trial_why[j] = "trials switched off: stays on BBR"
             continue
         rounds_done = max(0, (now - int(trial_since[j])) // cfg.bucket_seconds)
-        blocks_done = rounds_done // ev.trial_block_rounds
         eff = (trial_effects or {}).get(key) or none("no samples read for the trial", ev.level)
         t_eff[j], t_low[j], t_high[j] = eff.estimate, eff.low, eff.high
-        verdict = judge(eff, blocks_done, ev)
+        verdict = judge(eff, rounds_done, ev)
         trial_why[j] = verdict.why
         if verdict.action == GO_ON:
             trial_go[j] = True
-            arm[j] = arm_at(key[0], key[1], int(trial_since[j]), rounds_done, ev)
+            arm[j] = next_arm(key[0], key[1], int(trial_since[j]), eff.n_a, eff.n_b, ev)
         elif verdict.action == KEEP_VERDICT:
             trial_keep[j] = True
         else:
@@ -246,7 +245,7 @@ def decide(
         new_trial = select.copy()
         select[:] = False
         for j in np.flatnonzero(new_trial).tolist():
-            arm[j] = arm_at(str(pops[j]), str(prefixes[j]), now, 0, ev)
+            arm[j] = next_arm(str(pops[j]), str(prefixes[j]), now, 0, 0, ev)
         trial_since[new_trial] = now
         t_eff[new_trial] = t_low[new_trial] = t_high[new_trial] = math.nan
     in_trial = trial_go | new_trial

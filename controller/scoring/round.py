@@ -71,8 +71,9 @@ def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -
     algo = texts(decisions["algorithm"])[rows]
     chosen = (dec[rows] == SELECT) | (dec[rows] == KEEP) | ((dec[rows] == TRIAL) & (algo == BBR))
     new = decisions["new"].to_numpy(dtype=bool)[rows] if "new" in decisions else np.zeros(len(rows), dtype=bool)
-    toggling = (dec[rows] == TRIAL) & ~new
     since = decisions["trial_since"].to_numpy(dtype="int64")[rows] if "trial_since" in decisions else None
+    # a trial's prefix after its first round: toggled, kept or reverted by its trial
+    toggling = (since > 0) & ~new if since is not None else np.zeros(len(rows), dtype=bool)
     prefixes = texts(decisions["prefix"])[rows]
     states = []
     for a, b in pop_bounds(pops):

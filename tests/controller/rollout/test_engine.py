@@ -322,7 +322,12 @@ def test_trial_toggles_of_canaried_prefixes_skip_the_canary_wave(env: Env) -> No
     got = env.configs()
     assert [(k, c.version, list(c.target_hosts)) for k, c in got] == [("lax", 1, []), ("lax", 2, []), ("lax", 3, [])]
 
-    # a trial prefix not yet on BBR POP-wide in its trial: the canary first
+    # toggles mixed with new prefixes: the toggles go POP-wide now, the new prefixes next round
     later = time.time_ns()
-    fresh = toggle(D2, {**trials, **{p: later for p in ADDED}})
+    mixed = toggle(D1[1:] + ADDED, {**trials, **{p: later for p in ADDED}})
+    assert (mixed.phase, mixed.event, mixed.stable_version) == ("idle", "full", 4)
+    assert set(_entries(env.configs()[-1][1])) == set(D1[1:])
+    env.report(*(status(h, 4, 4) for h in HOSTS))
+    # a trial prefix not yet on BBR POP-wide in its trial: the canary first
+    fresh = toggle(D1[1:] + ADDED, {**trials, **{p: later for p in ADDED}})
     assert (fresh.phase, fresh.wave_hosts) == ("canary", ("edge-1",))

@@ -1,6 +1,7 @@
 """Trials in the decisions (controller/scoring/decide.py with controller/evidence): a selection
-starts a switchback trial, the trial's effect ends it (keep / revert with cooldown), like for like:
-the mixed-window prefix whose rate did not change is not reverted, one whose rate truly halves is."""
+starts a switchback trial, each round asks for the arm its realized buckets call for (`next_arm`),
+the trial's effect ends it (keep / revert with cooldown, or at its limit), like for like: the
+mixed-window prefix whose rate did not change is not reverted, one whose rate truly halves is."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from controller.evidence.model import BBR, CUBIC, arm_buckets, trial_effects
+from controller.evidence.load import CELL_COLUMNS, GOODPUT_COLUMNS, Evidence, Trial
+from controller.evidence.model import BBR, CUBIC, Effect
 from controller.evidence.settings import EvidenceConfig
-from controller.evidence.trial import arm_at
+from controller.evidence.trial import arm_at, next_arm
 from controller.scoring.decide import decide, empty_state, summarize
 from controller.scoring.settings import ScoringConfig
 from tests.controller.scoring.test_decide import NOW, score, state
@@ -39,21 +41,35 @@ def run(scores: list[dict], previous: list[dict], effects: dict | None = None, n
     return out.set_index("prefix")
 
 
+def row_of(since: int, k: int, arm: str, rate: float, rng: np.random.Generator) -> tuple:
+    """Bucket k of a trial started at `since` (the bucket's start: aligned on the boundary)."""
+    start = since - since % B
+    return ("p1", P, start + k * B, arm, 40, rate * float(np.exp(rng.normal(0, 0.05))), 0)
+
+
 def cells_for(since: int, rounds: int, bbr_rate: float, cubic_rate: float, seed: int = 1) -> pd.DataFrame:
-    """Per-bucket samples of a trial: each round's bucket runs the arm the schedule gave it."""
+    """Per-bucket samples of a trial whose every ask was realized: bucket k runs the planned
+    schedule's arm (`arm_at`)."""
     rng = np.random.default_rng(seed)
     rows = []
     for k in range(rounds):
         arm = arm_at("p1", P, since, k, EV)
-        rate = bbr_rate if arm == BBR else cubic_rate
-        rows.append(("p1", P, since + k * B, arm, 40, rate * float(np.exp(rng.normal(0, 0.05)))))
-    return pd.DataFrame(rows, columns=["pop", "prefix", "ts", "arm", "samples", "value"])
+        rows.append(row_of(since, k, arm, bbr_rate if arm == BBR else cubic_rate, rng))
+    return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def effect_of(since: int, cells: pd.DataFrame, rounds: int) -> Effect:
+    """The effect decide() is given at round `rounds` of the trial: the controller's path
+    (Evidence: its window from the bucket boundary at or before `since`)."""
+    now = since + rounds * B
+    trial = Trial("p1", P, since, now, "trial", "", rounds)
+    ev = Evidence(EV, B, [trial], cells, pd.DataFrame(columns=GOODPUT_COLUMNS), now)
+    ev.compute()
+    return ev.effect(trial)
 
 
 def effect_after(since: int, rounds: int, bbr_rate: float, cubic_rate: float) -> dict:
-    buckets = arm_buckets(cells_for(since, rounds, bbr_rate, cubic_rate))
-    now = since + rounds * B
-    return trial_effects(buckets, {("p1", P): (since, now)}, EV.level, EV.min_arm_buckets, B)
+    return {("p1", P): effect_of(since, cells_for(since, rounds, bbr_rate, cubic_rate), rounds)}
 
 
 def test_a_selection_starts_a_trial_on_its_first_blocks_arm() -> None:
@@ -61,7 +77,7 @@ def test_a_selection_starts_a_trial_on_its_first_blocks_arm() -> None:
     row = one(out)
     assert row["decision"] == "trial"
     assert row["trial_since"] == NOW
-    assert row["algorithm"] == arm_at("p1", P, NOW, 0, EV)
+    assert row["algorithm"] == next_arm("p1", P, NOW, 0, 0, EV) == arm_at("p1", P, NOW, 0, EV)
     assert "trial starts" in row["reason"]
     assert bool(row["new"])
     s = summarize(out.reset_index())[0]
@@ -71,11 +87,57 @@ def test_a_selection_starts_a_trial_on_its_first_blocks_arm() -> None:
 def test_a_running_trial_goes_on_with_the_schedules_arm_before_min_blocks() -> None:
     since = NOW - 2 * B
     eff = effect_after(since, 2, 2e6, 1e6)
-    out = run([score(P)], [trial_state(since)], {("p1", P): eff[("p1", P)]})
+    assert (eff[("p1", P)].n_a, eff[("p1", P)].n_b) == (1, 1)  # the first bucket counts (NOW is mid-bucket)
+    out = run([score(P)], [trial_state(since)], eff)
     row = one(out)
     assert row["decision"] == "trial"
-    assert row["algorithm"] == arm_at("p1", P, since, 2, EV)
+    assert row["algorithm"] == next_arm("p1", P, since, 1, 1, EV) == arm_at("p1", P, since, 2, EV)
     assert row["reason"].startswith("trial block 3")
+
+
+def test_a_running_trials_next_arm_follows_its_realized_buckets() -> None:
+    """Round 3 of a trial whose bucket 1 was mixed (or held on the first arm): the schedule goes
+    by the buckets that counted, not by the rounds."""
+    since = NOW - 3 * B
+    rng = np.random.default_rng(2)
+    first = arm_at("p1", P, since, 0, EV)
+    other = CUBIC if first == BBR else BBR
+    rate = {BBR: 2e6, CUBIC: 1e6}
+    mixed = [row_of(since, 1, arm, 1e6, rng) for arm in (BBR, CUBIC)]  # half the samples on each arm
+    cells = pd.DataFrame(
+        [row_of(since, 0, first, rate[first], rng), *mixed, row_of(since, 2, other, rate[other], rng)],
+        columns=CELL_COLUMNS,
+    )
+    eff = effect_of(since, cells, 3)
+    assert (eff.n_a, eff.n_b) == (1, 1)
+    row = one(run([score(P)], [trial_state(since)], {("p1", P): eff}))
+    assert row["decision"] == "trial" and row["reason"].startswith("trial block 3 of at most 8")
+    # pair 1's first block, where the planned schedule (every round realized) is in its second
+    assert row["algorithm"] == next_arm("p1", P, since, 1, 1, EV) == arm_at("p1", P, since, 2, EV)
+    assert row["algorithm"] != arm_at("p1", P, since, 3, EV)
+
+    held = pd.DataFrame(
+        [row_of(since, k, arm, rate[arm], rng) for k, arm in enumerate([first, first, other])], columns=CELL_COLUMNS
+    )
+    eff = effect_of(since, held, 3)  # bucket 1 ran the first arm again: 2 blocks of it, 1 of the other
+    assert (eff.n_a, eff.n_b) == ((2, 1) if first == BBR else (1, 2))
+    row = one(run([score(P)], [trial_state(since)], {("p1", P): eff}))
+    assert row["algorithm"] == other == next_arm("p1", P, since, eff.n_a, eff.n_b, EV)  # the arm behind
+
+
+def test_a_trial_whose_asks_were_not_realized_runs_out_of_time() -> None:
+    since = NOW - EV.max_rounds * B
+    rng = np.random.default_rng(3)
+    arms = [arm_at("p1", P, since, k, EV) for k in range(5)]  # 5 of 24 buckets counted
+    cells = pd.DataFrame([row_of(since, 4 * k, arm, 1e6, rng) for k, arm in enumerate(arms)], columns=CELL_COLUMNS)
+    eff = effect_of(since, cells, EV.max_rounds)
+    assert eff.n_a + eff.n_b == 5
+    row = one(run([score(P)], [trial_state(since)], {("p1", P): eff}))
+    assert row["decision"] == EV.trial_at_limit
+    assert row["reason"].startswith(f"trial ran out of time ({EV.max_rounds} rounds, 5 of 8 blocks realized)")
+    # a round earlier it went on
+    earlier = one(run([score(P)], [trial_state(since)], {("p1", P): eff}, now=NOW - B))
+    assert earlier["decision"] == "trial"
 
 
 def test_trial_keeps_a_prefix_bbr_helps() -> None:

@@ -226,6 +226,7 @@ ADDED_SINCE = {
     "control --trial-min-blocks: a new option",
     "control --trial-block-rounds: a new option",
     "control --trial-at-limit: a new option",
+    "control --trial-max-rounds: a new option",
     "demo --round-seconds: default 20 -> 15",
     "lab --round-seconds: default 20 -> 15",
     "lab --lookback-buckets: default 12 -> 8",

@@ -98,6 +98,7 @@ def options_from_settings(settings: LabSettings) -> LabOptions:
             holdout_fraction=settings.holdout,
             min_hold_buckets=settings.min_hold_buckets,
             max_new=settings.max_new,
+            trial_blocks=settings.trial_blocks,
         ),
         think_time=settings.think_time,
         kafka=settings.kafka,

@@ -210,6 +210,7 @@ def make_control_factory(workdir: Path) -> Callable[[Store, Topology, LabOptions
             kafka=opts.kafka,
             config_topic=config_topic,
             status_topic=status_topic,
+            evidence=opts.scoring.evidence(),
         )
         control.agents = [
             LabAgent(

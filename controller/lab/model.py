@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from controller.evidence.settings import EvidenceConfig
 from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringConfig
 
 DAY_BUCKETS = 24 * 3600 // ROLLUP_BUCKET_SECONDS  # one day, in 5-minute buckets
@@ -43,6 +44,11 @@ class LabScoring:
     cooldown_buckets: int = DAY_BUCKETS
     max_new: int = 40
     min_samples: int = 2
+    trial_blocks: int = 6  # a trial's blocks at most (the controller's default is 8)
+
+    def evidence(self) -> EvidenceConfig:
+        """The lab's trial settings: the controller's, with `trial_blocks` blocks."""
+        return EvidenceConfig(trial_blocks=self.trial_blocks, trial_min_blocks=min(4, self.trial_blocks))
 
     def config(self, bucket_seconds: int) -> ScoringConfig:
         return ScoringConfig(

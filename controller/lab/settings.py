@@ -48,6 +48,7 @@ class LabSettings(Settings):
     min_buckets: int = setting(5, INT, "counted rounds needed before a prefix is scored")
     min_hold_buckets: int = setting(8, INT, "rounds on BBR before a prefix may be reverted")
     max_new: int = setting(40, INT, "most new selections per POP and round")
+    trial_blocks: int = setting(6, INT, "switchback blocks of a prefix's trial at most (dyncc control: 8)")
     threshold_quantile: float | None = setting(
         None, FLOAT, "scoring threshold quantile", default_text="just above the share of poor paths in a round"
     )
@@ -86,6 +87,8 @@ class LabSettings(Settings):
             raise ConfigError("--min-hold-buckets must be at least 1")
         if self.max_new < 1:
             raise ConfigError("--max-new must be at least 1")
+        if not 2 <= self.trial_blocks <= 64:
+            raise ConfigError("--trial-blocks must be between 2 and 64")
         if self.threshold_quantile is not None and not 0 < self.threshold_quantile < 1:
             raise ConfigError("--threshold-quantile must be within (0, 1)")
         if not 0 <= self.holdout < 1:

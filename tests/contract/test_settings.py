@@ -227,6 +227,7 @@ ADDED_SINCE = {
     "control --trial-block-rounds: a new option",
     "control --trial-at-limit: a new option",
     "control --trial-max-rounds: a new option",
+    "lab --trial-blocks: a new option",
     "demo --round-seconds: default 20 -> 15",
     "lab --round-seconds: default 20 -> 15",
     "lab --lookback-buckets: default 12 -> 8",

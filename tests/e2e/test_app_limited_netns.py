@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import datetime as dt
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,10 +27,9 @@ from controller.scoring.query import refresh, score_prefixes, window_for
 from controller.scoring.settings import ScoringConfig
 from controller.store import Store
 from schemas.tcpinfo_decode import decode_batch
-from tests.support.netns_util import namespaces, new_ns_name, ns_sh, require_root, veth_pair
+from tests.support.netns_util import namespaces, new_ns_name, ns_sh, require_root, start_ready, veth_pair
 
 pytestmark = pytest.mark.netns
-REPO = Path(__file__).resolve().parents[2]
 POP = "dal"
 SLOW = ("198.51.100.1", 8081, "198.51.100.2", "198.51.100.0/24")  # server, port, client, client prefix
 BULK = ("2001:db8:da1::1", 8082, "2001:db8:da1::2", "2001:db8:da1::/56")
@@ -59,17 +56,7 @@ class Collected:
 
 
 def _start(ns: str, *args: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, "-m", "tests.support.app_limited_flows", *args],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.strip() == "ready", f"helper {args[0]} failed: {line!r}"
-    return proc
+    return start_ready(ns, "tests.support.app_limited_flows", *args)
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:

@@ -27,7 +27,7 @@ from collector.telemetry.poller import Poller, PollerConfig
 from collector.telemetry.sinks import read_records
 from schemas.addresses import format_addresses, format_prefixes
 from schemas.tcpinfo_decode import decode_batch
-from tests.support.netns_util import namespaces, new_ns_name, ns_sh, require_root, veth_pair
+from tests.support.netns_util import namespaces, new_ns_name, ns_sh, require_root, start_ready, veth_pair
 
 pytestmark = pytest.mark.netns
 REPO = Path(__file__).resolve().parents[2]
@@ -48,17 +48,7 @@ class Lab:
 
 
 def _start(ns: str, *args: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        ["ip", "netns", "exec", ns, sys.executable, "-m", "tests.support.collector_conns", *args],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.strip() == "ready", f"helper {args[0]} failed: {line!r}"
-    return proc
+    return start_ready(ns, "tests.support.collector_conns", *args)
 
 
 @pytest.fixture(scope="module")

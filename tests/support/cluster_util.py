@@ -238,3 +238,19 @@ def shard_table_renamed(cluster: ClusterStore, shard: int, old: str, new: str) -
         yield
     finally:
         rename(new, old)
+
+
+def node_tables(store: ClusterStore) -> dict[str, set[tuple[str, str, str]]]:
+    """Per node: the (database, name, engine) of every table of the store's two databases."""
+    out = {}
+    for replica in store.topology().nodes():
+        node = store.node_store(replica, "default")
+        try:
+            rows = node.query_rows(
+                "SELECT database, name, engine FROM system.tables WHERE database IN (%(a)s, %(b)s)",
+                {"a": store.database, "b": shard_database(store.database)},
+            )
+        finally:
+            node.close()
+        out[str(replica)] = {(str(d), str(n), str(e)) for d, n, e in rows}
+    return out

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +67,21 @@ def veth_pair(ns_a: str, if_a: str, ns_b: str, if_b: str) -> None:
     ns_sh(ns_b, "ip", "link", "set", tmp_b, "name", if_b)
     ns_sh(ns_a, "ip", "link", "set", if_a, "up")
     ns_sh(ns_b, "ip", "link", "set", if_b, "up")
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start_ready(ns: str, module: str, *args: str) -> subprocess.Popen[str]:
+    """Run `python -m module args` in namespace `ns` and wait for its first line, "ready"."""
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-m", module, *args],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.strip() == "ready", f"helper {args[0] if args else module} failed: {line!r}"
+    return proc

@@ -23,7 +23,7 @@ from controller.store.migrate import apply_migrations
 from controller.store.sql import migrations, split_statements
 from controller.store.topology import SHARDING_KEY, shard_database
 from tests.support import scoring_synth as synth
-from tests.support.cluster_util import sync_replicas
+from tests.support.cluster_util import node_tables, sync_replicas
 from tests.support.scoring_reference import reference_scores
 
 NOW = dt.datetime(2024, 3, 1, 12, 0, 30, tzinfo=dt.UTC)
@@ -60,18 +60,7 @@ def test_009_is_planned_like_the_rollup_it_accompanies() -> None:
 
 
 def _engines(store: ClusterStore) -> dict[str, dict[tuple[str, str], str]]:
-    out = {}
-    for replica in store.topology().nodes():
-        node = store.node_store(replica, "default")
-        try:
-            rows = node.query_rows(
-                "SELECT database, name, engine FROM system.tables WHERE database IN (%(a)s, %(b)s)",
-                {"a": store.database, "b": shard_database(store.database)},
-            )
-        finally:
-            node.close()
-        out[str(replica)] = {(str(d), str(n)): str(e) for d, n, e in rows}
-    return out
+    return {node: {(d, n): e for d, n, e in tables} for node, tables in node_tables(store).items()}
 
 
 def test_default_and_included_scores_on_the_cluster(cluster_db_url: str) -> None:

@@ -14,7 +14,7 @@ from controller.store.cluster_schema import plan_statement, sharded_tables
 from controller.store.migrate import apply_migrations
 from controller.store.sql import migrations
 from controller.store.topology import SHARDING_KEY, shard_database
-from tests.support.cluster_util import cluster_node
+from tests.support.cluster_util import cluster_node, node_tables
 
 ROOT = Path(__file__).resolve().parents[3]
 SHARDED = frozenset({"tcpinfo", "tcpinfo_5m", "tcpinfo_5m_nal", "ingest_batches", "http_requests", "http_log_ledger"})
@@ -75,21 +75,6 @@ def test_plan_refuses_what_a_cluster_cannot_run_as_written(statement: str) -> No
         plan_statement(statement, database="d", cluster="c", sharded=SHARDED)
 
 
-def _tables(store: ClusterStore) -> dict[str, set[tuple[str, str, str]]]:
-    out = {}
-    for replica in store.topology().nodes():
-        node = store.node_store(replica, "default")
-        try:
-            rows = node.query_rows(
-                "SELECT database, name, engine FROM system.tables WHERE database IN (%(a)s, %(b)s)",
-                {"a": store.database, "b": shard_database(store.database)},
-            )
-        finally:
-            node.close()
-        out[str(replica)] = {(str(d), str(n), str(e)) for d, n, e in rows}
-    return out
-
-
 def test_schema_apply_twice_every_node_has_every_table(cluster_db_url: str) -> None:
     cluster = cluster_db_url.split("cluster=")[1].split("&")[0]
     plain_url = cluster_db_url.split("?")[0]
@@ -105,7 +90,7 @@ def test_schema_apply_twice_every_node_has_every_table(cluster_db_url: str) -> N
     store = open_store(cluster_db_url)
     assert isinstance(store, ClusterStore)
     try:
-        tables = _tables(store)
+        tables = node_tables(store)
         assert len(tables) == 4
         reference = next(iter(tables.values()))
         assert all(t == reference for t in tables.values())  # the same tables everywhere

@@ -89,7 +89,7 @@ def test_control_once_unknown_pop_is_exit_2(known: Store, store_url: str, capsys
 
     assert dyncc([*base, "--pop", "pop-a"]) == 0
     out = capsys.readouterr().out
-    assert "pop-a\t203.0.113.0/24\tselect" in out
+    assert "pop-a\t203.0.113.0/24\ttrial" in out  # a selection starts a trial
 
 
 def test_explain_unknown_pop_is_exit_2(known: Store, store_url: str, capsys: pytest.CaptureFixture[str]) -> None:

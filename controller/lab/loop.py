@@ -240,7 +240,7 @@ class Lab:
             outcome.note,
         )
         for p, s in outcome.scores.items():
-            if s.decision == "select" and p not in result.first_selected:
+            if s.decision in ("select", "trial") and p not in result.first_selected:
                 result.first_selected[p] = round_no
             if s.decision == "revert" and p not in result.reverted:
                 result.reverted[p] = (round_no, s.reason)

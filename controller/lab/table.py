@@ -1,8 +1,8 @@
 """The lab's live table: one row per (POP, path class) per round (pure text rendering).
 
 round 5  t=+75s  bucket 15s  on bbr 18/128  holdout 6  configs: lab-a published v2; lab-b held v1
-pop    class        prefixes scored select keep holdout revert skip  bbr routes (per host)  new sockets bbr
-lab-a  lossy              10     10      0    7       3      0    0  7 7                    41/52 (79%)
+pop    class        prefixes scored select trial keep holdout revert skip  bbr routes (per host)  new sockets bbr
+lab-a  lossy              10     10      0     4    3       3      0    0  5 5                    41/52 (79%)
 ...
 """
 
@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-DECISIONS = ("select", "keep", "holdout", "revert", "skip")
+DECISIONS = ("select", "trial", "keep", "holdout", "revert", "skip")
 
 
 @dataclass

@@ -147,7 +147,8 @@ def test_class_rows_and_table_render():
     lines = text.splitlines()
     assert lines[0].startswith("round 3  t=+61s  bucket 15s  on bbr 1/4  holdout 1  (lab-a published v1)")
     assert lines[1].split()[:4] == ["pop", "class", "prefixes", "scored"]
-    assert lines[2].split() == ["lab-a", "lossy", "2", "2", "1", "0", "1", "0", "0", "1", "0", "3/5", "(60%)"]
+    # columns: select, trial, keep, holdout, revert, skip
+    assert lines[2].split() == ["lab-a", "lossy", "2", "2", "1", "0", "0", "1", "0", "0", "1", "0", "3/5", "(60%)"]
     assert lines[4].endswith("-")
 
 

@@ -77,9 +77,9 @@ Messages = list[tuple[str, bytes]]
 
 def loader_distributed(args: Sequence[str]) -> int:
     """`dyncc ingest ARGS` whose rows go in one insert into the Distributed tcpinfo of the query node."""
-    from controller.cli import main as cli_main
     from controller.ingest.columns import Prepared
     from controller.ingest.writer import TABLE, BatchWriter
+    from dyncc.cli import main as cli_main
 
     def insert_distributed(self: BatchWriter, prepared: Prepared, rows: int, block: Any = None) -> None:
         assert isinstance(self.store, ClusterStore)
@@ -188,7 +188,7 @@ def sync_replicas(url: str) -> None:
 def startup_cpu(kafka: str, admin: AdminClient, url: str) -> float:
     """CPU seconds of a `dyncc ingest --drain` that finds nothing to load: start-up and shut-down."""
     topic = new_topic(admin)
-    cmd = [sys.executable, "-m", "controller.cli", "ingest", "--kafka", kafka, "--topic", topic]
+    cmd = [sys.executable, "-m", "dyncc.cli", "ingest", "--kafka", kafka, "--topic", topic]
     cmd += ["--group", f"bench-{uuid.uuid4().hex[:8]}", "--clickhouse", url, "--metrics-port", "0"]
     child0 = children_cpu()
     try:
@@ -229,7 +229,7 @@ def run_loaders(
     if distributed:
         cmd = [sys.executable, str(Path(__file__).resolve()), DISTRIBUTED_FLAG, *ingest]
     else:
-        cmd = [sys.executable, "-m", "controller.cli", "ingest", *ingest]
+        cmd = [sys.executable, "-m", "dyncc.cli", "ingest", *ingest]
     node0 = {name: cpu_seconds(pid) for name, pid in servers.items()}
     child0 = children_cpu()
     logs = [Path(tempfile.gettempdir()) / f"bench_cingest_{group}_{i}.log" for i in range(n)]

@@ -178,7 +178,7 @@ def _loaders(
         cmd = [
             sys.executable,
             "-m",
-            "controller.cli",
+            "dyncc.cli",
             "ingest",
             "--kafka",
             kafka,

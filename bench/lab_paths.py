@@ -1,11 +1,11 @@
-"""Benchmark: the lab's path classes (controller.lab.paths), CUBIC against BBR on each.
+"""Benchmark: the lab's path classes (dyncc.lab.paths), CUBIC against BBR on each.
 
     sudo .venv/bin/python -m bench.lab_paths [--transfers 20] [--sizes 1000000,3000000]
         [--classes lossy,deep,deep-solo,fine,lowrtt,alt-slow] [--add NAME=BASE]
         [--set lossy.loss=0.02 ...] [--relay-pps 1000,3000]
 
 Builds namespaces hpa-<id>-{e,r,<class>}: an edge serving bytes over TCP
-(controller.lab.traffic serve), a router shaping each client link with the path
+(dyncc.lab.traffic serve), a router shaping each client link with the path
 commands (htb + u32 per prefix, the random-drop BPF filter, the delay relay), and one
 client namespace per class holding two IPv6 /56 client prefixes: the edge routes one
 with `congctl cubic`, the other with `congctl bbr`.  The edge sends one segment per skb
@@ -49,8 +49,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controller.lab import bpf_build, paths
-from controller.lab.delay import DelayRelay
+from dyncc.lab import bpf_build, paths
+from dyncc.lab.delay import DelayRelay
 
 PORT = 8080
 EDGE_V6, ROUTER_V6 = "2001:db8:ff00::1", "2001:db8:ff00::2"
@@ -194,7 +194,7 @@ class Lab:
             self.relay.start(r, paths.DELAY_DEV, delays, tick_ms=self.tick_ms, log_path=self.objdir / "relay.log")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.server = subprocess.Popen(
-            ["ip", "netns", "exec", e, sys.executable, "-m", "controller.lab.traffic", "serve", "--port", str(PORT)],
+            ["ip", "netns", "exec", e, sys.executable, "-m", "dyncc.lab.traffic", "serve", "--port", str(PORT)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=env,

@@ -1,10 +1,9 @@
-"""dyncc central side: ingest, scoring, config generation, rollout, reports."""
+"""dyncc central side: ingest, scoring, evidence, config generation, rollout, reports."""
 
 __all__ = [
-    "cli",
     "control",
+    "evidence",
     "ingest",
-    "lab",
     "report",
     "rollout",
     "scoring",

@@ -41,11 +41,11 @@ checks it); where a class was a ValueError before, ValueError stays its second b
     ├── PublishError                    controller.rollout.sinks: a config could not be published
     ├── LineError (+ValueError)         controller.ingest.access_log: an access-log line that does
     │                                   not parse (dead-lettered)
-    ├── RecordingError                  controller.lab.telemetry: an unreadable lab recording
-    ├── RoundFailed                     controller.lab.control: a lab round did not complete
-    ├── TopologyError                   controller.lab.topology: the lab network could not be built
-    ├── PathError                       controller.lab.paths: a path class or shaping entry is invalid
-    └── DelayError                      controller.lab.delay: the delay relay could not start
+    ├── RecordingError                  dyncc.lab.telemetry: an unreadable lab recording
+    ├── RoundFailed                     dyncc.lab.control: a lab round did not complete
+    ├── TopologyError                   dyncc.lab.topology: the lab network could not be built
+    ├── PathError                       dyncc.lab.paths: a path class or shaping entry is invalid
+    └── DelayError                      dyncc.lab.delay: the delay relay could not start
 
 Two private subclasses of DynccError are control flow inside one module and never leave it:
 schemas.tcpinfo_decode._Unusual and collector.netlink.sockdiag_dump._Stopped.

@@ -80,8 +80,8 @@ REGISTRY: dict[str, str] = {
     "control kill-switch": "controller.rollout.settings:KillSwitchSettings",
     "report": "controller.report.settings:ReportSettings",
     "schema": "controller.store.settings:SchemaSettings",
-    "lab": "controller.lab.settings:LabSettings",
-    "demo": "controller.lab.settings:DemoSettings",
+    "lab": "dyncc.lab.settings:LabSettings",
+    "demo": "dyncc.lab.settings:DemoSettings",
 }
 
 Validator = Callable[[Any, str], Any]  # (value, what) -> value, or ConfigError naming `what`

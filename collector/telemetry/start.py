@@ -118,13 +118,13 @@ def start_kafka(cfg: CollectSettings) -> KafkaStart:
 
 
 def process_is_dyncc() -> bool:
-    """Whether the running program is the dyncc CLI (the console script or `python -m controller.cli`)."""
+    """Whether the running program is the dyncc CLI (the console script or `python -m dyncc.cli`)."""
     main = sys.modules.get("__main__")
     entry = getattr(main, "main", None)
-    if getattr(entry, "__module__", None) == "controller.cli":
+    if getattr(entry, "__module__", None) == "dyncc.cli":
         return True
     spec = getattr(main, "__spec__", None)
-    return getattr(spec, "name", None) == "controller.cli"
+    return getattr(spec, "name", None) == "dyncc.cli"
 
 
 def exit_now(code: int) -> None:

@@ -1,6 +1,6 @@
 """The controller's round loop: `Controller` runs one round (score, decide, record, publish,
 metrics, one log line) against one store; `dyncc control` schedules it (controller/control/cli.py)
-and the lab runs the very same object on its accelerated clock (controller/lab/control.py), so a
+and the lab runs the very same object on its accelerated clock (dyncc/lab/control.py), so a
 round has one code path.  `Metrics` are its Prometheus metrics.
 """
 

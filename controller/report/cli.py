@@ -3,7 +3,7 @@
 Every option is checked before the store is opened (a bad time, bucket, POP name, an
 unreadable --asn-file or an unwritable --output is one line, exit 2); a --pop the store does
 not know (no telemetry, no published config) is exit 2 naming the known POPs.  The flags come
-from ReportSettings (controller/report/settings.py); controller/cli.py calls run(settings).
+from ReportSettings (controller/report/settings.py); dyncc/cli.py calls run(settings).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`dyncc schema apply|status`: create the database and apply pending migrations, or list them.
 
-The flags come from SchemaSettings (controller/store/settings.py); controller/cli.py builds
+The flags come from SchemaSettings (controller/store/settings.py); dyncc/cli.py builds
 the settings and calls run(settings).
 """
 

@@ -28,21 +28,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("dyncc_common", "schemas", "collector", "controller")
+PACKAGES = ("dyncc", "dyncc_common", "schemas", "collector", "controller")
 # Modules that import other modules of dyncc: the product, the tests, the benchmarks.
 IMPORTERS = (*PACKAGES, "tests", "bench")
-# Entry points: the only modules allowed directly in `collector/` or `controller/` (the `dyncc`
+# Entry points: the only modules allowed directly in a top-level package (the `dyncc`
 # entry point and its `--config FILE.toml` helper).
-ENTRY_POINTS = {"controller.cli"}
+ENTRY_POINTS = {"dyncc.cli"}
 # The subcommand modules not named `cli`: a package's second command (`dyncc demo` in the lab,
 # `dyncc access-log` in ingest).
-SECOND_COMMANDS = {"controller.lab.demo", "controller.ingest.access_log_cli"}
+SECOND_COMMANDS = {"dyncc.lab.demo", "controller.ingest.access_log_cli"}
 # Where a function-level import of a dyncc module is allowed (docs/architecture.md, "Lazy
 # imports"): the subcommand modules (`*.cli` and SECOND_COMMANDS: argparse first, the work
 # behind it only when it runs), `dyncc collect`'s start path (`collect --once` start-up), and
 # the chDB back end (chDB's cold import takes seconds).
 LAZY_OK_PREFIXES = ("collector.telemetry.",)
-LAZY_OK_MODULES = {"controller.cli", "controller.store.chdb", *SECOND_COMMANDS}
+LAZY_OK_MODULES = {"dyncc.cli", "controller.store.chdb", *SECOND_COMMANDS}
 
 # The remaining function-level imports, each with its reason in a comment at the import:
 # store.native loads clickhouse-driver (measured: it would double every store user's import time
@@ -288,10 +288,10 @@ def test_no_module_sits_outside_a_sub_package() -> None:
 
 
 def test_the_cli_loads_only_subcommand_modules() -> None:
-    """controller.cli imports its subcommands by name (importlib), which no import graph sees."""
-    cli = importlib.import_module("controller.cli")
+    """dyncc.cli imports its subcommands by name (importlib), which no import graph sees."""
+    cli = importlib.import_module("dyncc.cli")
     targets = [module for module, _ in cli.SUBCOMMANDS.values()]
-    assert targets, "controller.cli.SUBCOMMANDS is empty"
+    assert targets, "dyncc.cli.SUBCOMMANDS is empty"
     for target in targets:
         assert target.endswith(".cli") or target in SECOND_COMMANDS, target
         assert importlib.util.find_spec(target) is not None, f"{target} does not exist"
@@ -405,7 +405,7 @@ def test_the_exception_check_finds_a_stray_exception(tmp_path: Path, monkeypatch
 # ---- docs/architecture.md names modules that exist -------------------------------------------
 
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
-# `collector/netlink/abi.py`, `controller/cli.py`, `sql/migrations/001_tcpinfo.sql`, ... (a path
+# `collector/netlink/abi.py`, `dyncc/cli.py`, `sql/migrations/001_tcpinfo.sql`, ... (a path
 # with a folder), or a bare `name.py` listed under a package's heading.
 PATH_MENTION = re.compile(r"`((?:[a-z_][a-z0-9_]*/)+[a-z0-9_]+\.(?:py|proto|sql|md|toml))`")
 BARE_MENTION = re.compile(r"`([a-z_][a-z0-9_]*\.py)`")

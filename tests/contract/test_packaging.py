@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE_ROOTS = ("dyncc_common", "collector", "controller", "schemas")
+PACKAGE_ROOTS = ("dyncc", "dyncc_common", "collector", "controller", "schemas")
 SQL_PACKAGE = "controller.store.sqldata"
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controller.cli import main as cli_main
 from controller.store import Store, open_store
 from controller.store import sql as sql_files
 from controller.store import sql as sql_template
 from controller.store.migrate import apply_migrations
+from dyncc.cli import main as cli_main
 
 EXPECTED_TABLES = {
     "tcpinfo",
@@ -34,14 +34,14 @@ def test_schema_apply_twice_is_idempotent(store_url: str, tmp_path: Path) -> Non
         # A child process cannot open the directory this process's chDB session holds.
         store_url = f"chdb://{tmp_path / 'chdb-cli'}?database=cli"
     first = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", store_url],
+        [sys.executable, "-m", "dyncc.cli", "schema", "apply", "--clickhouse", store_url],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert first.returncode == 0, first.stderr
     second = subprocess.run(
-        [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", store_url],
+        [sys.executable, "-m", "dyncc.cli", "schema", "apply", "--clickhouse", store_url],
         capture_output=True,
         text=True,
         timeout=120,
@@ -144,7 +144,7 @@ def test_bad_url_subprocess_has_no_traceback() -> None:
         [
             sys.executable,
             "-m",
-            "controller.cli",
+            "dyncc.cli",
             "schema",
             "apply",
             "--clickhouse",

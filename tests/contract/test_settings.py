@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from controller.cli import SUBCOMMANDS, build_parser
+from dyncc.cli import SUBCOMMANDS, build_parser
 from dyncc_common.settings import REGISTRY, Settings
 from dyncc_common.settings_doc import load, render
 

@@ -274,7 +274,7 @@ def test_cli_file_sink_once(lab: Lab, tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "controller.cli",
+            "dyncc.cli",
             "collect",
             "--once",
             "--netns",

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from controller.lab import topology as lab_topology
-from controller.lab.control import make_control_factory
-from controller.lab.loop import Lab, LabOptions
-from controller.lab.model import ControlOutcome
-from controller.lab.run import open_lab_store, summarize
 from controller.report import write_report
+from dyncc.lab import topology as lab_topology
+from dyncc.lab.control import make_control_factory
+from dyncc.lab.loop import Lab, LabOptions
+from dyncc.lab.model import ControlOutcome
+from dyncc.lab.run import open_lab_store, summarize
 from dyncc_common.runtime import StopFlag
 from tests.support.netns_util import require_root
 
@@ -165,5 +165,9 @@ def test_fleet_lab_selects_by_class_and_rolls_out_in_stages(chdb_url: str, tmp_p
     assert html.count("<svg") >= 4, rep.line()
     page_text = " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", html)).split())
     for line in summary.evidence:
-        assert line in page_text, (line, summary.evidence)
+        label = line.split(":", 1)[0]
+        shown = [
+            page_text[i : i + len(line) + 40] for i in (m.start() for m in re.finditer(re.escape(label), page_text))
+        ]
+        assert line in page_text, (line, shown)
     assert "access log" in html.lower()

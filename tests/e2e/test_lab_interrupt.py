@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.lab import topology as lab_topology
+from dyncc.lab import topology as lab_topology
 from tests.support.netns_util import require_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]
@@ -52,7 +52,7 @@ def test_sigint_to_the_process_group_tears_the_fleet_lab_down(tmp_path: Path):
     cmd = [
         sys.executable,
         "-m",
-        "controller.cli",
+        "dyncc.cli",
         "lab",
         *("--rounds", "6", "--round-seconds", "10", "--run-id", run_id),
         *("--store-dir", str(tmp_path / "chdb")),

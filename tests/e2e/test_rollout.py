@@ -119,7 +119,7 @@ def test_failed_canary_rolls_back_and_kill_switch_clears(
                     [
                         sys.executable,
                         "-m",
-                        "controller.cli",
+                        "dyncc.cli",
                         "agent",
                         "--kafka",
                         kafka_brokers,

@@ -19,12 +19,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from controller.cli import main as dyncc_main
 from controller.scoring.decide import holdout_hash
 from controller.scoring.settings import ScoringConfig
 from controller.store import open_store
 from controller.store.migrate import apply_migrations
 from controller.store.topology import shard_of
+from dyncc.cli import main as dyncc_main
 from tests.support import scoring_synth as synth
 from tests.support.cluster_util import sync_replicas
 
@@ -139,7 +139,7 @@ def control(url: str, when: dt.datetime, publish_dir: Path, key: Path) -> int:
 
 def dyncc_subprocess(argv: list[str]) -> subprocess.CompletedProcess[str]:
     """`dyncc ARGV` as its own process (exit code and stderr as a user sees them)."""
-    command = [sys.executable, "-m", "controller.cli", *argv]
+    command = [sys.executable, "-m", "dyncc.cli", *argv]
     return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
 
 

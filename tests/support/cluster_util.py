@@ -160,7 +160,7 @@ class LoaderProcess:
         self.log_path = log_path
         self._log = open(log_path, "w")  # noqa: SIM115 (closed in wait())
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.cli", "ingest", "--metrics-port", "0", *args],
+            [sys.executable, "-m", "dyncc.cli", "ingest", "--metrics-port", "0", *args],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=self._log,

@@ -253,7 +253,7 @@ def ss_algorithms(ns: str) -> dict[tuple[str, int], str]:
 def collector_algorithms(ns: str) -> dict[tuple[str, int], str]:
     """One `dyncc collect --once --sink stdout` poll of the edge namespace: (peer, peer port) -> cc."""
     out = sh(
-        sys.executable, "-m", "controller.cli", "collect", "--once", "--sink", "stdout", "--netns", ns,
+        sys.executable, "-m", "dyncc.cli", "collect", "--once", "--sink", "stdout", "--netns", ns,
         "--port", "8080", "--port", "8081", timeout=60,
     )  # fmt: skip
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
@@ -384,7 +384,7 @@ def test_cli_once_leaves_enforcement_running(enforcer: Enforcer, tmp_path: Path)
     cfg.write_bytes(enforcer.config(1, SELECT_A).SerializeToString())
     obj = build_object(tmp_path / "bpf")
     base = [
-        sys.executable, "-m", "controller.cli", "agent", "--from-file", str(cfg), "--once", "--pop", POP,
+        sys.executable, "-m", "dyncc.cli", "agent", "--from-file", str(cfg), "--once", "--pop", POP,
         "--public-key", str(enforcer.edge.keys[1]), "--netns", enforcer.edge.edge, "--host", "edge-1",
         "--state-dir", str(enforcer.state_dir), "--enforce", "bpf", "--bpf-cgroup", str(enforcer.edge.cgroup),
         "--bpf-pin-dir", str(enforcer.program.pin_dir), "--bpf-object", str(obj),
@@ -437,7 +437,7 @@ def test_kafka_agent_reports_bpf_health_and_sigterm_keeps_enforcement(
     consumer.subscribe([status_topic])
     agent = subprocess.Popen(
         [
-            sys.executable, "-m", "controller.cli", "agent", "--kafka", kafka_brokers, "--pop", POP,
+            sys.executable, "-m", "dyncc.cli", "agent", "--kafka", kafka_brokers, "--pop", POP,
             "--public-key", str(enforcer.edge.keys[1]), "--netns", enforcer.edge.edge, "--host", "edge-1",
             "--state-dir", str(enforcer.state_dir), "--config-topic", config_topic, "--status-topic", status_topic,
             "--enforce", "bpf", "--bpf-cgroup", str(enforcer.edge.cgroup),

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from collector.agent.settings import AgentSettings
-from controller.lab.cli import options_from_settings
-from controller.lab.settings import LabSettings
+from dyncc.lab.cli import options_from_settings
+from dyncc.lab.settings import LabSettings
 from dyncc_common.errors import ConfigError
 
 BASE = {"pop": "lax", "public_key": "/nonexistent.pem", "kafka": "127.0.0.1:19092"}

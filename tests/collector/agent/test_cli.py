@@ -30,7 +30,7 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
 
 def dyncc(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli", "agent", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "dyncc.cli", "agent", *args], capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -157,7 +157,7 @@ def test_kafka_mode_latest_config_route_events_kill_switch_and_sigterm(
         [
             sys.executable,
             "-m",
-            "controller.cli",
+            "dyncc.cli",
             "agent",
             "--kafka",
             kafka_brokers,

@@ -22,7 +22,7 @@ def _collect(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str
         [
             sys.executable,
             "-m",
-            "controller.cli",
+            "dyncc.cli",
             "collect",
             "--once",
             "--no-default-excludes",

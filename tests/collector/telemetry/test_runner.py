@@ -17,7 +17,7 @@ from collector.telemetry.metrics import CollectMetrics
 from collector.telemetry.runner import CollectLoop
 from collector.telemetry.settings import CollectSettings
 from collector.telemetry.sinks import FileSink, KafkaSink, KafkaStart, StdoutSink, read_records
-from controller.cli import main as cli_main
+from dyncc.cli import main as cli_main
 from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag
 from schemas.tcpinfo_decode import decode_batch

@@ -40,7 +40,7 @@ class Collector:
             [
                 sys.executable,
                 "-m",
-                "controller.cli",
+                "dyncc.cli",
                 "collect",
                 "--no-default-excludes",
                 "--host",

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
 def test_cli_module_and_raw_settings_need_no_numpy() -> None:
     code = (
         "import sys, argparse\n"
-        "import controller.cli\n"
+        "import dyncc.cli\n"
         "from collector.telemetry import cli as collect_cli\n"
         "from collector.telemetry.settings import CollectSettings\n"
         "p = argparse.ArgumentParser(); collect_cli.SETTINGS.add_arguments(p); collect_cli.configure(p)\n"
@@ -86,7 +86,7 @@ def test_no_early_dump_without_once_or_with_a_config_file(monkeypatch: pytest.Mo
 _REFUSED = """
 import os, sys
 from collector.telemetry import start as collect_start
-from controller.cli import main
+from dyncc.cli import main
 started = []
 real_start = collect_start.Prefetch.start
 collect_start.Prefetch.start = lambda *a, **k: started.append(real_start(*a, **k)) or started[-1]

@@ -78,7 +78,7 @@ def _ingest_args(brokers: str, topic: str, url: str, *extra: str) -> list[str]:
 
 def _ingest(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli", "ingest", "--metrics-port", "0", *args],
+        [sys.executable, "-m", "dyncc.cli", "ingest", "--metrics-port", "0", *args],
         capture_output=True,
         text=True,
         timeout=120,

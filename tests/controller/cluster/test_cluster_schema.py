@@ -78,7 +78,7 @@ def test_plan_refuses_what_a_cluster_cannot_run_as_written(statement: str) -> No
 def test_schema_apply_twice_every_node_has_every_table(cluster_db_url: str) -> None:
     cluster = cluster_db_url.split("cluster=")[1].split("&")[0]
     plain_url = cluster_db_url.split("?")[0]
-    cmd = [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", plain_url, "--cluster", cluster]
+    cmd = [sys.executable, "-m", "dyncc.cli", "schema", "apply", "--clickhouse", plain_url, "--cluster", cluster]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
     count = len(migrations())
@@ -122,7 +122,7 @@ def test_schema_apply_twice_every_node_has_every_table(cluster_db_url: str) -> N
 
 def test_schema_apply_refuses_a_cluster_the_server_does_not_know(cluster_db_url: str) -> None:
     plain_url = cluster_db_url.split("?")[0]
-    cmd = [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", plain_url, "--cluster", "nosuch"]
+    cmd = [sys.executable, "-m", "dyncc.cli", "schema", "apply", "--clickhouse", plain_url, "--cluster", "nosuch"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "nosuch" in done.stderr and "Traceback" not in done.stderr
@@ -212,7 +212,7 @@ def test_a_component_starts_while_a_replica_is_down_but_schema_apply_names_it(cl
         try:
             assert apply_migrations(store).applied == []  # what ingest / rollout / the lab do at start
             plain_url = cluster_db_url.split("?")[0]
-            cmd = [sys.executable, "-m", "controller.cli", "schema", "apply", "--clickhouse", plain_url]
+            cmd = [sys.executable, "-m", "dyncc.cli", "schema", "apply", "--clickhouse", plain_url]
             done = subprocess.run([*cmd, "--cluster", store.cluster], capture_output=True, text=True, timeout=120)
             assert done.returncode == 2 and "Traceback" not in done.stderr
             assert str(victim) in done.stderr and done.stderr.count("\n") == 1, done.stderr

@@ -23,9 +23,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from controller.cli import main as dyncc_main
 from controller.store import ClusterStore, open_store
 from controller.store.migrate import apply_migrations
+from dyncc.cli import main as dyncc_main
 from tests.conftest import CLUSTER_URL, clickhouse_url_for, cluster_url_for, drop_cluster_database, unique_name
 from tests.support import cluster_scoring_util as cs
 from tests.support import report_synth as rs

@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli import main as dyncc_main
 from controller.control import cli as control_cli
 from controller.control import loop as control_loop
 from controller.control.settings import ControlSettings
 from controller.store import open_store
 from controller.store.migrate import apply_migrations
+from dyncc.cli import main as dyncc_main
 from dyncc_common.runtime import StopFlag
 from tests.support import scoring_synth as synth
 
@@ -122,7 +122,7 @@ def test_daemon_metrics_and_sigterm(tmp_path: Path) -> None:
     port = _free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     repo = Path(__file__).resolve().parents[3]
-    cmd = [sys.executable, "-m", "controller.cli"]
+    cmd = [sys.executable, "-m", "dyncc.cli"]
     missing = subprocess.run(
         [*cmd, "control", "--clickhouse", url, "--once"], capture_output=True, text=True, env=env, cwd=repo, timeout=60
     )

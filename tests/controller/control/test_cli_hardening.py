@@ -23,7 +23,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.cli import main as dyncc_main
 from controller.control import cli as control_cli
 from controller.control import loop as control_loop
 from controller.control.settings import ControlSettings, cap_conflicts
@@ -37,6 +36,7 @@ from controller.scoring.state import load_previous
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
 from controller.store.sql import migrations
+from dyncc.cli import main as dyncc_main
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 from tests.support import scoring_synth as synth
 from tests.support.rollout_util import make_keys, rollout_config

@@ -11,13 +11,13 @@ import re
 from controller.evidence.load import Evidence, stored_trials
 from controller.evidence.settings import EvidenceConfig
 from controller.evidence.summary import headline_lines
-from controller.lab.model import ControlOutcome
-from controller.lab.outcomes import RoundView
-from controller.lab.run import RunRecord, summarize_run
 from controller.report import write_report
 from controller.scoring.explain import trial_lines
 from controller.scoring.settings import ScoringConfig
 from controller.store import Store
+from dyncc.lab.model import ControlOutcome
+from dyncc.lab.outcomes import RoundView
+from dyncc.lab.run import RunRecord, summarize_run
 from tests.support import report_synth as rs
 
 

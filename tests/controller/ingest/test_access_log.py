@@ -15,7 +15,7 @@ on its shard, and a shard that refused a chunk gets only its own missing rows af
 
 CLI: a one-shot load, SIGKILL between the rows and the progress record then a re-run (server,
 cluster), --follow with metrics and SIGTERM, and --follow riding out a store outage (a private
-ClickHouse).  Bad options (exit 2, one line) are rows of tests/controller/test_cli.py.
+ClickHouse).  Bad options (exit 2, one line) are rows of tests/dyncc/test_cli.py.
 """
 
 from __future__ import annotations
@@ -521,7 +521,7 @@ def test_cluster_rows_on_their_shards_once_after_a_crash_and_a_shard_failure(
 
 def dyncc(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli", "access-log", *args],
+        [sys.executable, "-m", "dyncc.cli", "access-log", *args],
         cwd=ROOT,
         env={**os.environ, **(env or {})},
         capture_output=True,
@@ -594,7 +594,7 @@ class Follower:
         self.log = log
         self._fh = open(log, "w")  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.cli", "access-log", *args],
+            [sys.executable, "-m", "dyncc.cli", "access-log", *args],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=self._fh,

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.clickhouse]
 
 def _ingest(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "controller.cli", "ingest", "--metrics-port", "0", *args],
+        [sys.executable, "-m", "dyncc.cli", "ingest", "--metrics-port", "0", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

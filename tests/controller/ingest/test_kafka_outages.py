@@ -77,7 +77,7 @@ class Loader:
     def __init__(self, *args: str) -> None:
         self.metrics_port = _free_port()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controller.cli", "ingest", "--metrics-port", str(self.metrics_port), *args],
+            [sys.executable, "-m", "dyncc.cli", "ingest", "--metrics-port", str(self.metrics_port), *args],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -303,7 +303,7 @@ def test_ingest_drain_to_unreachable_broker_exits_2_with_one_line(clickhouse_db_
     t0 = time.monotonic()
     proc = subprocess.run(
         [
-            sys.executable, "-m", "controller.cli", "ingest", "--metrics-port", "0",
+            sys.executable, "-m", "dyncc.cli", "ingest", "--metrics-port", "0",
             "--kafka", UNREACHABLE, "--clickhouse", clickhouse_db_url, "--drain", "--connect-timeout", "3s",
         ],
         cwd=REPO, capture_output=True, text=True, timeout=60,
@@ -319,7 +319,7 @@ def test_ingest_drain_to_unreachable_broker_exits_2_with_one_line(clickhouse_db_
 def test_collect_once_to_unreachable_broker_one_line_non_zero() -> None:
     proc = subprocess.run(
         [
-            sys.executable, "-m", "controller.cli", "collect", "--once", "--no-default-excludes",
+            sys.executable, "-m", "dyncc.cli", "collect", "--once", "--no-default-excludes",
             "--sink", "kafka", "--brokers", UNREACHABLE, "--topic", "t", "--flush-timeout", "2s",
         ],
         cwd=REPO, capture_output=True, text=True, timeout=60,

@@ -201,7 +201,7 @@ def test_cli_replays_a_collector_file_into_chdb(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "controller.cli",
+        "dyncc.cli",
         "ingest",
         "--from-file",
         str(path),
@@ -235,7 +235,7 @@ def test_cli_rejects_bad_arguments(extra: list[str], reason: str) -> None:
         [
             sys.executable,
             "-m",
-            "controller.cli",
+            "dyncc.cli",
             "ingest",
             "--clickhouse",
             "chdb:///tmp/x",

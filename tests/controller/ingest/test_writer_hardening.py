@@ -96,9 +96,7 @@ def _write_file(path: Path, msgs: Sequence[bytes]) -> list[int]:
 
 
 def _cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "controller.cli", *args], capture_output=True, text=True, timeout=timeout
-    )
+    return subprocess.run([sys.executable, "-m", "dyncc.cli", *args], capture_output=True, text=True, timeout=timeout)
 
 
 _PROBE = """

@@ -11,13 +11,13 @@ import re
 
 import pytest
 
-from controller.cli import main
 from controller.report import data as report_data
 from controller.report import write as report_write
 from controller.report import write_report
 from controller.report.asn import load_asn_file
 from controller.report.effects import ALL
 from controller.store import Store
+from dyncc.cli import main
 from tests.support import report_synth as rs
 from tests.support.svg import path_points
 

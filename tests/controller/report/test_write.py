@@ -8,11 +8,11 @@ import re
 import pandas as pd
 import pytest
 
-from controller.cli import main
 from controller.report import write_report
 from controller.report.asn import parse_asn_rows
 from controller.report.data import render_view, view_text
 from controller.store import Store
+from dyncc.cli import main
 from tests.support import report_synth as rs
 from tests.support.svg import path_points
 

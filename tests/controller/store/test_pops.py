@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.cli import main as dyncc
 from controller.rollout import records as rs
 from controller.store import Store
 from controller.store.pops import known_pops, unknown_pop_message
+from dyncc.cli import main as dyncc
 from schemas.congestion_pb2 import CongestionConfig
 from tests.support import scoring_synth as synth
 from tests.support.rollout_util import make_keys

@@ -1,0 +1,64 @@
+"""Plain data shared by the lab's modules: per-round control outcomes and the scoring knobs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from controller.evidence.settings import EvidenceConfig
+from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringConfig
+
+DAY_BUCKETS = 24 * 3600 // ROLLUP_BUCKET_SECONDS  # one day, in 5-minute buckets
+
+
+@dataclass(frozen=True)
+class PrefixScore:
+    pop: str
+    counted_buckets: int
+    duty_cycle: float
+    flap_ratio: float
+    min_rtt_ms: float
+    decision: str
+    reason: str = ""
+    algorithm: str = ""  # the arm of a trial round ("bbr" / "cubic"); bbr for select / keep
+
+
+@dataclass
+class ControlOutcome:
+    scores: dict[str, PrefixScore]
+    routes: dict[str, dict[str, str]]  # edge host -> owned route prefix -> congctl
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class LabScoring:
+    """The lab's scoring knobs, in buckets (one bucket = one lab round).
+
+    threshold_quantile 0: derived from the layout (dyncc.lab.loop.threshold_for)."""
+
+    lookback_buckets: int = 8
+    min_buckets: int = 5
+    threshold_quantile: float = 0.0
+    holdout_fraction: float = 0.25
+    min_hold_buckets: int = 8
+    cooldown_buckets: int = DAY_BUCKETS
+    max_new: int = 40
+    min_samples: int = 2
+    trial_blocks: int = 6  # a trial's blocks at most (the controller's default is 8)
+
+    def evidence(self) -> EvidenceConfig:
+        """The lab's trial settings: the controller's, with `trial_blocks` blocks."""
+        return EvidenceConfig(trial_blocks=self.trial_blocks, trial_min_blocks=min(4, self.trial_blocks))
+
+    def config(self, bucket_seconds: int) -> ScoringConfig:
+        return ScoringConfig(
+            bucket_seconds=bucket_seconds,
+            lookback_seconds=bucket_seconds * self.lookback_buckets,
+            min_buckets=self.min_buckets,
+            min_samples=self.min_samples,
+            threshold_quantile=self.threshold_quantile or 0.2,
+            holdout_fraction=self.holdout_fraction,
+            min_hold_seconds=self.min_hold_buckets * bucket_seconds,
+            cooldown_seconds=self.cooldown_buckets * bucket_seconds,
+            max_new_per_round=self.max_new,
+        )

@@ -1,0 +1,261 @@
+"""Run one lab end to end (store, control step, loop) and summarise it; used by `dyncc lab` and
+`dyncc demo`.
+
+The summary answers what a person watching the lab wants to know, per path class: how many
+prefixes were selected (and from which round), held out, reverted (and why), never selected;
+the measured effect of BBR on the treated prefixes against the holdout's change (difference in
+differences of the p10 delivery rate and the p10 goodput from the access logs, with a 95 %
+bootstrap interval: dyncc/lab/outcomes.py, controller/report/effects.py); the staged
+rollout (canary, then the POP) per config version; the routes the edge hosts hold at the end and
+the bbr share of new sockets.  `check_options` validates LabOptions (ConfigError, one line)
+before anything is built; run_lab calls it first.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from controller.evidence.load import Evidence, stored_trials
+from controller.evidence.settings import EvidenceConfig
+from controller.evidence.summary import KEEP, REVERT, RUNNING, headline_lines, latest
+from controller.scoring.settings import ROLLUP_MIN_BYTES
+from controller.store import Store, open_store
+from controller.store.migrate import apply_migrations
+from dyncc.lab.control import make_control_factory
+from dyncc.lab.loop import Lab, LabOptions, LabResult
+from dyncc.lab.outcomes import ClassOutcome, RoundView, class_outcomes, phases
+from dyncc.lab.table import bbr_count
+from dyncc.lab.topology import CLASSES
+from dyncc_common.errors import ConfigError
+from dyncc_common.names import check_brokers
+from dyncc_common.runtime import StopFlag
+
+log = logging.getLogger("dyncc.lab")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """What a summary needs of one run, live or replayed."""
+
+    classes: dict[str, str]  # prefix -> path class
+    pops: dict[str, str]  # prefix -> POP
+    hosts: dict[str, list[str]]  # POP -> edge hosts
+    rounds: list[RoundView]
+    new_sockets: list[dict[str, Counter[str]]]  # per round: prefix -> cc -> new sockets
+    bucket_s: int
+
+
+@dataclass
+class LabSummary:
+    headline: str
+    classes: dict[str, ClassOutcome] = field(default_factory=dict)
+    reverted: list[tuple[str, str, int, str]] = field(default_factory=list)  # pop, prefix, round, reason
+    rollout: list[str] = field(default_factory=list)  # one line per POP: the staged waves seen
+    routes: dict[str, int] = field(default_factory=dict)  # host -> bbr routes at the end
+    bbr_routed: tuple[int, int] = (0, 0)  # (bbr, total) new sockets of prefixes with a bbr route
+    bbr_others: tuple[int, int] = (0, 0)
+    result: LabResult | None = None  # the live run, when there was one
+    evidence: list[str] = field(default_factory=list)  # the effect model's headline (as the report's)
+    footer: list[str] = field(default_factory=list)
+
+    def summary_text(self) -> str:
+        lines = [self.headline]
+        lines.append(
+            f"{'class':<12} {'prefixes':>8} {'trialled':>8} {'first':>5} {'kept':>4} {'reverted':>8} "
+            f"{'running':>7} {'holdout':>7}  {'p10 delivery rate, BBR vs CUBIC':<44}  p10 goodput"
+        )
+        for klass in CLASSES:
+            c = self.classes.get(klass)
+            if c is None:
+                continue
+            first = f"r{c.first_selected_round}" if c.first_selected_round else "-"
+            cells = [
+                f"{klass:<12} {c.prefixes:>8} {c.selected:>8} {first:>5} {c.kept:>4} {c.reverted:>8} "
+                f"{c.running:>7} {c.holdout:>7}",
+                f"{_effect(c.effects.get('delivery')):<44}",
+                _effect(c.effects.get("goodput")),
+            ]
+            lines.append("  ".join(cells).rstrip())
+        lines.append(
+            "(per class: the prefixes' trials pooled, random effects, 90% interval; (prefixes, buckets bbr/cubic "
+            "per prefix pooled); the lab's classes are its ground truth, production has none)"
+        )
+        for pop, prefix, round_no, reason in self.reverted[:6]:
+            lines.append(f"reverted {prefix} ({pop}, round {round_no}): {reason}")
+        if len(self.reverted) > 6:
+            lines.append(f"... and {len(self.reverted) - 6} more reverted")
+        lines += [f"rollout {line}" for line in self.rollout]
+        lines.append("bbr routes at the end: " + (", ".join(f"{h} {n}" for h, n in self.routes.items()) or "none"))
+        lines.append(
+            f"bbr on new sockets: prefixes with a bbr route {_share(self.bbr_routed)}, others {_share(self.bbr_others)}"
+        )
+        lines += self.evidence
+        return "\n".join(lines + self.footer)
+
+
+def _effect(effect: Any) -> str:
+    """'+85% [+60%, +110%] (9 prefixes)' or why there is none."""
+    if effect is None:
+        return "-"
+    if not effect.ok:
+        return f"n/a: {effect.reason}"[:44]
+    return f"{effect.text()} ({effect.prefixes} prefixes)"
+
+
+def _share(pair: tuple[int, int]) -> str:
+    bbr, total = pair
+    return f"{bbr}/{total} ({bbr / total * 100:.0f}%)" if total else "no new sockets"
+
+
+def live_record(result: LabResult) -> RunRecord:
+    topo = result.topology
+    rounds = [RoundView(r.round_no, int(r.round_time.timestamp()), r.outcome) for r in result.rounds]
+    bucket = 0
+    if len(result.rounds) > 1:
+        span = (result.rounds[-1].round_time - result.rounds[0].round_time).total_seconds()
+        bucket = int(span) // (len(result.rounds) - 1)
+    return RunRecord(
+        topo.classes(),
+        topo.prefix_pops(),
+        {pop: [e.host for e in topo.edges_of(pop)] for pop in topo.pops},
+        rounds,
+        [r.new_sockets for r in result.rounds],
+        bucket or 1,
+    )
+
+
+def summarize(result: LabResult, store: Store | None = None) -> LabSummary:
+    """The live run's summary (effects when `store` is given)."""
+    topo = result.topology
+    headline = (
+        f"lab {topo.run_id}: {len(result.rounds)} rounds, {len(topo.pops)} POPs x "
+        f"{len(topo.edges) // max(len(topo.pops), 1)} edge hosts, {len(topo.prefixes)} client prefixes, "
+        f"{result.polls} polls, {result.rows} socket samples, {result.requests} HTTP requests"
+        + (f", stopped by {result.stopped_by}" if result.stopped_by else "")
+    )
+    summary = summarize_run(live_record(result), headline, store)
+    summary.result = result
+    summary.footer.append("namespaces left: " + (" ".join(result.leftover_namespaces) or "none"))
+    return summary
+
+
+def summarize_run(
+    run: RunRecord, headline: str, store: Store | None = None, evidence: EvidenceConfig | None = None
+) -> LabSummary:
+    """Per-class outcomes (effects when `store` is given), staged waves, routes and bbr shares."""
+    summary = LabSummary(headline)
+    if not run.rounds:
+        return summary
+    prefix_phases = phases(run.rounds, run.classes, run.pops, run.hosts, run.bucket_s)
+    summary.classes = class_outcomes(prefix_phases)
+    summary.reverted = sorted(
+        (ph.pop, ph.prefix, ph.reverted_round, ph.reason) for ph in prefix_phases.values() if ph.reverted_round
+    )
+    if store is not None:
+        _evidence(store, summary, run, evidence or EvidenceConfig())
+    summary.rollout = _waves(run)
+    last = run.rounds[-1].outcome.routes
+    summary.routes = {host: sum(1 for cc in routes.values() if cc == "bbr") for host, routes in sorted(last.items())}
+    routed, others = Counter[str](), Counter[str]()
+    previous: dict[str, dict[str, str]] = {}
+    for view, new in zip(run.rounds, run.new_sockets, strict=True):
+        # a round's new sockets met the routes installed at the end of the previous round
+        for prefix, counts in new.items():
+            hosts = run.hosts.get(run.pops.get(prefix, ""), [])
+            any_bbr = any(previous.get(h, {}).get(prefix) == "bbr" for h in hosts)
+            (routed if any_bbr else others).update(counts)
+        previous = view.outcome.routes
+    summary.bbr_routed, summary.bbr_others = bbr_count(routed), bbr_count(others)
+    return summary
+
+
+def _evidence(store: Store, summary: LabSummary, run: RunRecord, cfg: EvidenceConfig) -> None:
+    """Per class and overall: the trials' pooled effects, from the stored samples and decisions
+    (controller/evidence: the same figures as the report and the controller's own decisions)."""
+    last = run.rounds[-1].end_s
+    try:
+        trials = stored_trials(store, dt.datetime.fromtimestamp(last + 1, dt.UTC))
+        ev = Evidence.load(store, cfg, trials, run.bucket_s, last, ROLLUP_MIN_BYTES)
+    except Exception as exc:  # the summary must not fail the run
+        log.warning("lab summary: effects not computed: %s", exc)
+        return
+    for klass, c in summary.classes.items():
+        mine = [t for t in trials if run.classes.get(t.prefix) == klass]
+        last_trials = latest(mine)
+        c.kept = sum(t.outcome == KEEP for t in last_trials)
+        c.running = sum(t.outcome == RUNNING for t in last_trials)
+        c.trial_reverted = sum(t.outcome == REVERT for t in last_trials)
+        if mine:
+            c.effects["delivery"] = ev.pooled(mine)
+            c.effects["goodput"] = ev.pooled(mine, "goodput")
+    summary.evidence = headline_lines(ev)
+
+
+def _waves(run: RunRecord) -> list[str]:
+    """Per POP: each set of bbr prefixes the hosts held, the round its first host held it and the
+    round every host of the POP did (the canary wave, then the POP)."""
+    lines = []
+    for pop, pop_hosts in sorted(run.hosts.items()):
+        seen: dict[str, dict[int, set[str]]] = {}
+        for view in run.rounds:
+            for host in pop_hosts:
+                key = ",".join(sorted(p for p, cc in view.outcome.routes.get(host, {}).items() if cc == "bbr"))
+                seen.setdefault(key, {}).setdefault(view.round_no, set()).add(host)
+        waves = []
+        for key, by_round in seen.items():
+            if not key:
+                continue
+            rounds = sorted(by_round)
+            first, first_hosts = rounds[0], by_round[rounds[0]]
+            everyone = next((r for r in rounds if by_round[r] >= set(pop_hosts)), 0)
+            n = key.count(",") + 1
+            text = f"{n} prefixes: round {first} on {', '.join(sorted(first_hosts))}"
+            if everyone and everyone != first:
+                text += f", round {everyone} on all {len(pop_hosts)} hosts"
+            waves.append(text)
+        lines.append(f"{pop}: " + ("; ".join(waves) if waves else "no bbr routes"))
+    return lines
+
+
+def check_options(opts: LabOptions) -> None:
+    """ConfigError (one line) for options the lab would only trip over after building namespaces."""
+    if opts.kafka is not None:
+        check_brokers(opts.kafka, "--kafka")
+    if not opts.run_id.isalnum() or len(opts.run_id) > 8:
+        raise ConfigError(f"bad --run-id {opts.run_id!r}: 1-8 letters or digits")
+    if opts.record is not None:
+        record = Path(opts.record)
+        if record.is_dir():
+            raise ConfigError(f"bad --record {record}: a directory, give a file name")
+        if not record.parent.is_dir() or not os.access(record.parent, os.W_OK | os.X_OK):
+            raise ConfigError(f"bad --record {record}: directory {record.parent} missing or not writable")
+
+
+def open_lab_store(url: str) -> Store:
+    store = open_store(url)
+    apply_migrations(store)
+    return store
+
+
+def run_lab(opts: LabOptions, url: str, workdir: Path, stop: StopFlag, out: TextIO | None = None) -> LabSummary:
+    """Check the options, open the store, run the lab with Ctrl-C/SIGTERM handling, and summarise."""
+    check_options(opts)
+    store = open_lab_store(url)
+    log.info("lab store %s", store.url.redacted())
+    lab = Lab(opts, store, make_control_factory(workdir), workdir, out=out)
+    with stop.installed():
+        result = lab.run(stop)
+    summary = summarize(result, store)
+    if opts.enforce == "bpf":
+        summary.footer.append(
+            "enforce bpf: selected prefixes' connections start on cubic and switch after the config's "
+            "threshold, so 'bbr on new sockets' (first sightings) stays low; docs/enforce.md shows how to see "
+            "the switched ones"
+        )
+    return summary

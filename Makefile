@@ -57,7 +57,7 @@ deps:
 
 # Needs clang and libbpf-dev (deploy/lab/lab.sh install, run by _ch-install); no prebuilt object is fetched.
 bpf: venv
-	$(PY) -m collector.agent.bpf_build build/bpf
+	$(PY) -m collector.agent.bpf.build build/bpf
 
 .PHONY: _ch-install _kafka-fetch
 _ch-install:
@@ -102,7 +102,7 @@ test: deps
 	 $(STACK) up; \
 	 wait $$cpid; cpid=; \
 	 echo "== pytest (DYNCC_TEST_CLICKHOUSE=$$DYNCC_TEST_CLICKHOUSE DYNCC_TEST_KAFKA=$$DYNCC_TEST_KAFKA DYNCC_TEST_CLUSTER=$$DYNCC_TEST_CLUSTER)"; \
-	 rc=0; $(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) || rc=$$?; \
+	 rc=0; $(PY) -m pytest -q -p no:cacheprovider --durations=30 $(PYTEST_ARGS) || rc=$$?; \
 	 if [[ $$rc == 5 ]]; then echo "== pytest collected no tests: treating as failure"; fi; \
 	 exit $$rc
 

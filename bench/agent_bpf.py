@@ -40,10 +40,10 @@ import time
 import uuid
 from pathlib import Path
 
-from collector.agent.bpf_apply import BpfApplier, netns_cookie
-from collector.agent.bpf_build import build_object
-from collector.agent.bpf_maps import libbpf
-from collector.agent.bpf_prog import BpfProgram, bpftool, default_cgroup
+from collector.agent.bpf.apply import BpfApplier, netns_cookie
+from collector.agent.bpf.build import build_object
+from collector.agent.bpf.maps import libbpf
+from collector.agent.bpf.prog import BpfProgram, bpftool, default_cgroup
 from collector.agent.plan import Wanted
 
 SERVER = textwrap.dedent("""

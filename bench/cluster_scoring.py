@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.cluster_ingest import cpu_seconds
 from bench.scoring import fill, peak_rss_mib, reset_peak_rss, timed_section
 from controller.scoring.round import RoundResult, run_round
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.store import ClickHouseStore, ClusterStore, Store, open_store
 from controller.store.migrate import apply_migrations
 from controller.store.topology import shard_database
@@ -147,7 +147,7 @@ def sync_replicas(store: Store, tables: tuple[str, ...]) -> None:
             node.close()
 
 
-def a_round(store: Store, meter: Meter, cfg: ScoringConfig, when: dt.datetime) -> Step:
+def a_round(store: Store, meter: Meter, cfg: ScoringSettings, when: dt.datetime) -> Step:
     result: RoundResult
     result, seconds, cpu = measured(meter, lambda: run_round(store, cfg, when, POP))
     phases = {k: result.timings.get(k, 0.0) for k in PHASES if k != "other"}
@@ -182,7 +182,7 @@ def bench_target(
     db_prefix: str = "bench",
     lock: str = "",
 ) -> Run:
-    cfg = ScoringConfig()
+    cfg = ScoringSettings()
     now = dt.datetime(2024, 3, 1, 12, 0, 10, tzinfo=dt.UTC)
     store = open_store(url.replace("{db}", f"{db_prefix}_{uuid.uuid4().hex[:8]}"))
     try:

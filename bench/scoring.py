@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from controller.scoring.decide import decide
 from controller.scoring.query import refresh, score_prefixes, window_for
 from controller.scoring.round import RoundResult, run_round
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.scoring.state import load_previous
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
@@ -133,7 +133,7 @@ def phases(result: RoundResult) -> str:
 
 
 def rounds(
-    store: Store, cfg: ScoringConfig, now: dt.datetime, label: str, size: int, runs: int, cold_runs: int
+    store: Store, cfg: ScoringSettings, now: dt.datetime, label: str, size: int, runs: int, cold_runs: int
 ) -> tuple[list[float], list[RoundResult], float, tuple[float, float]]:
     """The timed part: cold round(s) and warm rounds; (cold seconds, warm results, peak RSS MiB, load)."""
     reset_peak_rss()
@@ -174,7 +174,7 @@ def timed_section(lock: str) -> Iterator[None]:
 def bench_one(
     url: str, label: str, size: int, samples: int, runs: int, cold_runs: int, copy: bool, keep: bool, lock: str
 ) -> None:
-    cfg = ScoringConfig()
+    cfg = ScoringSettings()
     now = dt.datetime(2024, 3, 1, 12, 0, 10, tzinfo=dt.UTC)
     store = open_store(url.replace("{db}", f"bench_{uuid.uuid4().hex[:8]}"))
     try:

@@ -87,19 +87,117 @@ server_bin() {
     return 1
 }
 
-# apt_install_no_start PKG...: apt-get install PKGs with a policy-rc.d in place (when none is),
-# so that packages shipping a service (clickhouse-server, nginx) do not start the system-wide
-# one: dyncc runs its own instances.  `apt-get update` first when the install fails on an old list.
+# apt_install_no_start PKG...: apt-get install exactly PKGs and what they depend on, changing
+# nothing else, and leave no service of theirs running or enabled: dyncc runs its own instances
+# (clickhouse-server, nginx) and the system-wide ones must not start, now or at boot.
+#   - no Recommends, no upgrade of an installed package named in PKGs (--no-upgrade), and no
+#     upgrade of installed packages only because they come from the same source package as one
+#     being installed (apt >= 2.5.2 does that by default: installing bpftool upgraded linux-perf
+#     and linux-libc-dev).  An installed dependency is upgraded only when a package being
+#     installed needs a newer version; the plan, with those upgrades, is logged first.
+#   - a policy-rc.d that denies every service start for the length of the install (an existing
+#     one that would allow starts is set aside and put back);
+#   - then every unit or SysV service the install enabled at boot is disabled again (and stopped,
+#     when systemd runs): a package's postinst enables its service (deb-systemd-helper enable,
+#     update-rc.d defaults) whatever policy-rc.d says.  What was enabled before is left alone.
+# `apt-get update` first when the install fails on an old package list.
+APT_INSTALL_OPTS=(-y -q --no-install-recommends --no-upgrade -o APT::Get::Upgrade-By-Source-Package=false)
+POLICY_RC=/usr/sbin/policy-rc.d
+POLICY_MARK='# dyncc: apt_install_no_start (deploy/lib.sh) denies service starts during its install'
+
 apt_install_no_start() {
-    local policy=/usr/sbin/policy-rc.d added=0 rc=0
+    local rc=0 before
     export DEBIAN_FRONTEND=noninteractive
-    if [[ ! -e $policy ]]; then
-        printf '#!/bin/sh\nexit 101\n' >"$policy"
-        chmod +x "$policy"
-        added=1
-    fi
-    apt-get install -y -q --no-install-recommends "$@" \
-        || { apt-get update -q && apt-get install -y -q --no-install-recommends "$@"; } || rc=$?
-    if [[ $added == 1 ]]; then rm -f "$policy"; fi
+    before=$(mktemp)
+    enabled_at_boot >"$before"
+    deny_service_starts
+    apt_plan "$@"
+    apt-get install "${APT_INSTALL_OPTS[@]}" "$@" \
+        || { apt-get update -q && apt-get install "${APT_INSTALL_OPTS[@]}" "$@"; } || rc=$?
+    allow_service_starts
+    disable_new_at_boot "$before" || { [[ $rc != 0 ]] || rc=1; }
+    rm -f "$before"
     return "$rc"
+}
+
+# apt_plan PKG...: log what apt-get would install and which installed packages it would upgrade.
+apt_plan() {
+    local sim new upgraded
+    sim=$(apt-get install -s "${APT_INSTALL_OPTS[@]}" "$@" 2>/dev/null) || return 0
+    new=$(awk '$1 == "Inst" && $3 !~ /^\[/ {print $2}' <<<"$sim" | paste -sd' ' -)
+    upgraded=$(awk '$1 == "Inst" && $3 ~ /^\[/ {gsub(/[][]/, "", $3); gsub(/\(/, "", $4); print $2 " (" $3 " -> " $4 ")"}' <<<"$sim" \
+        | paste -sd, - | sed 's/,/, /g')
+    [[ -z $new ]] || log "apt-get installs: $new"
+    [[ -z $upgraded ]] || log "apt-get also upgrades (a package being installed needs the newer version): $upgraded"
+}
+
+# deny_service_starts / allow_service_starts: a policy-rc.d that answers 101 (action forbidden)
+# to invoke-rc.d and deb-systemd-invoke while apt-get runs.  A leftover of an interrupted run is
+# recognised by its mark; an existing policy that already denies is kept as it is.
+deny_service_starts() {
+    if [[ -e $POLICY_RC.dyncc-saved ]]; then  # an interrupted run: put the original back first
+        mv -f "$POLICY_RC.dyncc-saved" "$POLICY_RC"
+    fi
+    if [[ -e $POLICY_RC ]] && ! grep -qF "$POLICY_MARK" "$POLICY_RC"; then
+        local probe=0
+        "$POLICY_RC" dyncc-probe start >/dev/null 2>&1 || probe=$?
+        [[ $probe == 101 ]] && return 0
+        mv -f "$POLICY_RC" "$POLICY_RC.dyncc-saved"
+    fi
+    printf '#!/bin/sh\n%s\nexit 101\n' "$POLICY_MARK" >"$POLICY_RC"
+    chmod 755 "$POLICY_RC"
+}
+
+allow_service_starts() {
+    if [[ -e $POLICY_RC ]] && grep -qF "$POLICY_MARK" "$POLICY_RC"; then
+        rm -f "$POLICY_RC"
+    fi
+    if [[ -e $POLICY_RC.dyncc-saved ]]; then
+        mv -f "$POLICY_RC.dyncc-saved" "$POLICY_RC"
+    fi
+}
+
+# enabled_at_boot: what starts at boot, one sorted line each: the units linked in the .wants and
+# .requires directories under $DYNCC_SYSROOT/etc/systemd/system, and the SysV services with an
+# S link in /etc/rc{S,2,3,4,5}.d (as sysv:NAME).  DYNCC_SYSROOT (default /) is for tests.
+enabled_at_boot() {
+    local etc=${DYNCC_SYSROOT:-}/etc
+    (
+        shopt -s nullglob
+        local f name
+        for f in "$etc"/systemd/system/*.wants/* "$etc"/systemd/system/*.requires/*; do
+            echo "${f##*/}"
+        done
+        for f in "$etc"/rc[S2-5].d/S[0-9][0-9]*; do
+            name=${f##*/}
+            echo "sysv:${name:3}"
+        done
+    ) | LC_ALL=C sort -u
+}
+
+# disable_new_at_boot FILE: disable (systemctl disable, --now when systemd runs; update-rc.d for
+# SysV links left) what is enabled at boot now but not in FILE (an enabled_at_boot list).
+# Fails when something new is still enabled afterwards.
+disable_new_at_boot() {
+    local before=$1 unit new root=${DYNCC_SYSROOT:-} now=()
+    [[ -z $root && -d /run/systemd/system ]] && now=(--now)
+    new=$(LC_ALL=C comm -13 "$before" <(enabled_at_boot))
+    for unit in $new; do
+        [[ $unit == sysv:* ]] && continue
+        log "disabling $unit: its package enabled it at boot (dyncc runs its own instances)"
+        if command -v systemctl >/dev/null 2>&1; then
+            systemctl ${root:+--root="$root"} disable "${now[@]}" --quiet "$unit" || true
+        fi
+    done
+    new=$(LC_ALL=C comm -13 "$before" <(enabled_at_boot))
+    for unit in $new; do
+        [[ $unit == sysv:* && -z $root ]] || continue
+        log "disabling SysV service ${unit#sysv:}: its package enabled it at boot"
+        update-rc.d "${unit#sysv:}" disable >/dev/null 2>&1 || true
+    done
+    new=$(LC_ALL=C comm -13 "$before" <(enabled_at_boot))
+    if [[ -n $new ]]; then
+        log "still enabled at boot after the install: $(tr '\n' ' ' <<<"$new")"
+        return 1
+    fi
 }

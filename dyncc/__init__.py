@@ -3,5 +3,3 @@
 The two services below, collector/ (edge host) and controller/ (central), never import each
 other; only this package joins them (docs/architecture.md).
 """
-
-__all__ = ["cli", "lab"]

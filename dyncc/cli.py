@@ -13,7 +13,8 @@ or, without SETTINGS (`dyncc control`, whose action decides which tables apply),
     settings objects with from_sources() before anything else.
 Every bad command line ends with one line on stderr and exit 2: ConfigError and
 StoreError from a command, and argparse's own errors (OneLineParser prints the
-reason without the usage block).
+reason without the usage block).  `dyncc --version` prints the installed version
+(package metadata: pyproject.toml `version`) and exits 0.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def _top_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("subcommand", choices=sorted(SUBCOMMANDS), metavar="SUBCOMMAND")
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
     return parser
 
 
@@ -79,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _top_parser().error(f"no subcommand given: one of {', '.join(SUBCOMMANDS)}")
     if args[0] in ("-h", "--help"):
         _top_parser().print_help()
+        return 0
+    if args[0] == "--version":
+        from dyncc_common.version import dyncc_version
+
+        print(f"dyncc {dyncc_version()}")
         return 0
     name = args[0]
     if name not in SUBCOMMANDS:

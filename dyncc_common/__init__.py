@@ -6,4 +6,3 @@ This module itself stays empty but for the version: `dyncc collect --once` impor
 """
 
 __version__ = "0.1.0"
-__all__ = ["__version__"]

@@ -3,15 +3,6 @@
 Submodules: tcpinfo_pb2 and congestion_pb2 (generated), tcpinfo_columns (the TcpInfoBatch column
 table), tcpinfo_encode (numpy columns -> TcpInfoBatch bytes, without the protobuf runtime),
 tcpinfo_decode (the one decoder), signing (Ed25519 on CongestionConfig), addresses (the address
-and prefix forms).  This module imports nothing, so the collector never loads protobuf through it.
+and prefix forms), framing (the length-prefixed records of collector files).  This module imports
+nothing, so the collector never loads protobuf through it.
 """
-
-__all__ = [
-    "addresses",
-    "congestion_pb2",
-    "signing",
-    "tcpinfo_columns",
-    "tcpinfo_decode",
-    "tcpinfo_encode",
-    "tcpinfo_pb2",
-]

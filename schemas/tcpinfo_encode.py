@@ -17,7 +17,7 @@ protobuf runtime writes).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -160,31 +160,20 @@ def encode_header(header: BatchHeader, *, sequence: int, batch_index: int, batch
 BodyParts = list["bytes | memoryview"]
 
 
-def split_bodies(
-    columns: Mapping[str, np.ndarray],
-    max_rows: int = DEFAULT_MAX_ROWS,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> list[tuple[int, bytes]]:
-    """Encode the columns as bodies of at most max_rows rows and max_bytes bytes.
-
-    Missing columns are written as zeros.  Every row takes ROW_BYTES bytes, so
-    the rows are spread evenly over the fewest batches that respect both caps
-    (a row larger than max_bytes still makes a one-row batch).  Returns
-    (row_count, body) pairs in row order; a body is the column fields only
-    (concatenate after encode_header()).
-    """
-    return [(n, b"".join(parts)) for n, parts in split_body_parts(columns, max_rows, max_bytes)]
-
-
 def split_body_parts(
     columns: Mapping[str, np.ndarray],
     max_rows: int = DEFAULT_MAX_ROWS,
     max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> list[tuple[int, BodyParts]]:
-    """split_bodies() without the final copy: each body as its parts (field prefixes and
-    memoryviews of the column data), for a caller that joins them with the header in one
-    copy (`b"".join([header, *parts])`).  The views keep the column arrays alive; do not
-    modify the columns while holding them."""
+    """Encode the columns as bodies of at most max_rows rows and max_bytes bytes, each body as
+    its parts (field prefixes and memoryviews of the column data), for a caller that joins them
+    with the header in one copy (`b"".join([header, *parts])`).
+
+    Missing columns are written as zeros.  Every row takes ROW_BYTES bytes, so the rows are
+    spread evenly over the fewest batches that respect both caps (a row larger than max_bytes
+    still makes a one-row batch).  Returns (row_count, parts) pairs in row order; a body is the
+    column fields only.  The views keep the column arrays alive; do not modify the columns
+    while holding them."""
     if max_rows < 1 or max_bytes < 1:
         raise ValueError("max_rows and max_bytes must be positive")
     total: int | None = None
@@ -216,31 +205,3 @@ def split_body_parts(
             parts.append(payload[start * width : stop * width])
         out.append((n, parts))
     return out
-
-
-def encode_batches(
-    columns: Mapping[str, np.ndarray],
-    header: BatchHeader,
-    first_sequence: int,
-    max_rows: int = DEFAULT_MAX_ROWS,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> list[bytes]:
-    """Serialized TcpInfoBatch messages for one poll, sequences first_sequence, +1, ...
-
-    Only the last batch carries batch_count and the poll totals (as the
-    collector sends them); a poll with no rows still yields that one (empty) batch.
-    """
-    bodies = split_bodies(columns, max_rows, max_bytes) or [(0, b"")]
-    count = len(bodies)
-    partial = replace(header, poll_end_ns=0, sockets_seen=0, sockets_exported=0, sockets_filtered=0, parse_errors={})
-    return [
-        encode_header(
-            header if i == count - 1 else partial,
-            sequence=first_sequence + i,
-            batch_index=i,
-            batch_count=count if i == count - 1 else 0,
-            row_count=n,
-        )
-        + body
-        for i, (n, body) in enumerate(bodies)
-    ]

@@ -6,7 +6,7 @@ error or read-back difference restores the owned set exactly as it was before
 the apply (from the routes dumped at the start) and reports failure.
 Reconcile is the same operation with the desired set currently in force.
 `Applier` is the interface the agent needs; `--enforce bpf` has its own applier
-(collector/agent/bpf_apply.py) with the same guarantees.
+(collector/agent/bpf/apply.py) with the same guarantees.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag, setup_logging, start_metrics
 
 if TYPE_CHECKING:
-    from collector.agent.bpf_apply import BpfApplier
+    from collector.agent.bpf.apply import BpfApplier
     from collector.agent.core import Agent
     from schemas.congestion_pb2 import CongestionConfig
 
@@ -87,9 +87,9 @@ def _build_agent(settings: AgentSettings) -> Agent:
 
 def _bpf_applier(settings: AgentSettings, state_dir: Path) -> BpfApplier:
     """The eBPF enforcement of `settings` (object built now unless --bpf-object; ConfigError when impossible)."""
-    from collector.agent.bpf_apply import BpfApplier, netns_cookie
-    from collector.agent.bpf_build import BpfBuildError, build_object
-    from collector.agent.bpf_prog import BpfProgram, BpfProgramError, default_cgroup
+    from collector.agent.bpf.apply import BpfApplier, netns_cookie
+    from collector.agent.bpf.build import BpfBuildError, build_object
+    from collector.agent.bpf.prog import BpfProgram, BpfProgramError, default_cgroup
 
     cgroup = settings.bpf_cgroup or default_cgroup()
     if cgroup is None:

@@ -2,7 +2,7 @@
 
 `Agent.handle(config)` verifies a CongestionConfig (signature, POP, version,
 entries), applies it all-or-nothing (as routes, or with `applier=` another
-enforcement mode such as collector/agent/bpf_apply.py), persists it, and
+enforcement mode such as collector/agent/bpf/apply.py), persists it, and
 returns the ApplyStatus to report.  `Agent.reconcile(reason)` re-applies the
 config in force so owned routes follow their covering routes and stale ones go
 (in the bpf mode: the maps equal the config and the program is attached).

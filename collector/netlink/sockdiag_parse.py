@@ -31,7 +31,7 @@ from collector.netlink.attr_cong import INET_DIAG_CONG
 from collector.netlink.attr_skmeminfo import INET_DIAG_SKMEMINFO
 from collector.netlink.attr_tcp_info import INET_DIAG_INFO, TCP_INFO_WORDS
 from collector.netlink.gather import records
-from collector.netlink.sockdiag import SOCK_DIAG_BY_FAMILY, Buf, WalkResult, walk_messages
+from collector.netlink.sockdiag import SOCK_DIAG_BY_FAMILY, Buf
 
 DIAG_MSG_LEN = NLMSG_HDRLEN + 72  # nlmsghdr + struct inet_diag_msg
 
@@ -199,20 +199,6 @@ def walk_datagrams(buf: Buf, starts: np.ndarray, ends: np.ndarray, errors: Error
         order = np.argsort(offs, kind="stable")
         offs, lens = offs[order], lens[order]
     return ChunkWalk(offsets=offs, lengths=lens, done=done, error=error, interrupted=interrupted)
-
-
-def count_walk_errors(res: WalkResult, errors: ErrorCounts) -> None:
-    """Fold a WalkResult's problems into error counts."""
-    if res.error == -1:
-        errors["short_message"] += 1
-    elif res.error == -2:
-        errors["truncated_message"] += 1
-    elif res.error == -3:
-        errors["unknown_message_type"] += 1
-    elif res.error > 0:
-        errors["netlink_error"] += 1
-    if res.interrupted:
-        errors["dump_interrupted"] += 1
 
 
 @dataclass
@@ -421,32 +407,3 @@ def parse_messages(
     cols.update(attr_bbr_info.decode(base, found[INET_DIAG_BBRINFO], flen[INET_DIAG_BBRINFO], errors))
     cols.update(attr_skmeminfo.decode(base, found[INET_DIAG_SKMEMINFO], flen[INET_DIAG_SKMEMINFO]))
     return Parsed(columns=cols, cc_names=cc_names, rows=rows)
-
-
-def parse_datagrams(
-    datagrams: Iterable[bytes | bytearray | memoryview],
-    errors: ErrorCounts,
-    *,
-    seq: int | None = None,
-    pid: int | None = None,
-) -> tuple[Parsed, bool]:
-    """Walk and parse a list of received datagrams; returns (parsed, done_seen)."""
-    parts: list[bytes] = []
-    offsets: list[int] = []
-    lengths: list[int] = []
-    base = 0
-    done = False
-    for dgram in datagrams:
-        data = bytes(dgram)
-        res = walk_messages(data, 0, len(data))
-        count_walk_errors(res, errors)
-        offsets.extend(base + o for o in res.offsets)
-        lengths.extend(res.lengths)
-        padded = data + bytes((-len(data)) % 4)
-        parts.append(padded)
-        base += len(padded)
-        if res.done:
-            done = True
-            break
-    buf = b"".join(parts) + bytes(PAD)
-    return parse_messages(buf, offsets, lengths, errors, seq=seq, pid=pid), done

@@ -50,6 +50,7 @@ from collector.netlink.sockdiag_parse import ErrorCounts, Parsed
 from collector.telemetry.filters import DEFAULT_EXCLUDES, FilterSpec, apply_filters, parse_networks
 from collector.telemetry.prefetch import Prefetch
 from collector.telemetry.prefixes import client_prefixes
+from collector.telemetry.settings import CollectSettings
 from dyncc_common import __version__
 from schemas.tcpinfo_columns import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
 from schemas.tcpinfo_encode import BatchHeader, BodyParts, encode_header, split_body_parts
@@ -65,8 +66,8 @@ class PollerConfig:
     all_netns: bool = False
     states: Sequence[int] = tuple(TCP_STATES[s] for s in DEFAULT_STATES)
     filters: FilterSpec = field(default_factory=lambda: FilterSpec(exclude=tuple(parse_networks(DEFAULT_EXCLUDES))))
-    prefix_v4: int = 24
-    prefix_v6: int = 56
+    prefix_v4: int = CollectSettings.prefix_v4
+    prefix_v6: int = CollectSettings.prefix_v6
     max_rows: int = DEFAULT_MAX_ROWS
     max_bytes: int = DEFAULT_MAX_BYTES
     chunk_bytes: int = DEFAULT_CHUNK

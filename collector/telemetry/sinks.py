@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 import sys
 import time
 from collections import deque
@@ -35,9 +34,9 @@ from typing import IO, Any, Protocol
 from collector.telemetry import timeline
 from collector.telemetry.metrics import CollectMetrics
 from dyncc_common.kafka_log import KafkaLog
+from schemas import framing
 
 log = logging.getLogger("dyncc.collect")
-_LEN = struct.Struct(">I")
 
 
 class Sink(Protocol):
@@ -261,7 +260,8 @@ class KafkaSink(_PollSink):
 
 
 class FileSink(_PollSink):
-    """Length-delimited TcpInfoBatch records (4-byte big-endian length), rotated by size.
+    """Length-delimited TcpInfoBatch records (schemas/framing.py: 4-byte big-endian length),
+    rotated by size.
 
     PATH is the live file; on rotation PATH.1 .. PATH.<keep> shift up and PATH
     becomes PATH.1.  A batch is never split across files.
@@ -290,10 +290,11 @@ class FileSink(_PollSink):
         self.size = 0
 
     def send(self, data: bytes) -> None:
-        size = _LEN.size + len(data)
+        head = framing.header(len(data))
+        size = len(head) + len(data)
         if self.size and self.size + size > self.rotate_bytes:
             self._rotate()
-        self.fh.write(_LEN.pack(len(data)))
+        self.fh.write(head)
         self.fh.write(data)  # not joined with its length: that would copy every batch once more
         self.size += size
         self.metrics.delivered.inc()
@@ -310,21 +311,6 @@ class FileSink(_PollSink):
         os.fsync(self.fh.fileno())
         self.fh.close()
         return 0
-
-
-def read_records(data: bytes, max_len: int = 64 << 20) -> list[bytes]:
-    """Split a length-delimited stream into records (for tests and tools); ValueError on damage."""
-    out: list[bytes] = []
-    pos = 0
-    while pos < len(data):
-        if pos + 4 > len(data):
-            raise ValueError(f"truncated length at byte {pos}")
-        (n,) = _LEN.unpack_from(data, pos)
-        if n > max_len or pos + 4 + n > len(data):
-            raise ValueError(f"bad record length {n} at byte {pos}")
-        out.append(data[pos + 4 : pos + 4 + n])
-        pos += 4 + n
-    return out
 
 
 # ------------------------------------------------------------------ stdout

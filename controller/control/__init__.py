@@ -1,6 +1,1 @@
 """`dyncc control`: the scoring and publishing loop and its actions."""
-
-__all__ = [
-    "cli",
-    "settings",
-]

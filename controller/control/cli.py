@@ -2,7 +2,7 @@
 
     dyncc control --clickhouse URL [--every 5m] [--once] [--pop POP] [--dry-run]
                   [--lookback 3h] [--bucket 5m] [--metrics-port N] ...
-    dyncc control --clickhouse URL explain --pop POP --prefix P
+    dyncc control --clickhouse URL explain --pop POP --prefix P [--at TIME] [scoring options]
 
 Rounds run on an APScheduler interval aligned to `--every` boundaries (plus
 `--delay` for late data), one at a time, missed runs coalesced.  Each round
@@ -12,12 +12,17 @@ outcome per POP is recorded in `round_outcomes`, and the next round starts from
 the latest round in force (controller/scoring/state.py).
 
 The flags are the rows of ControlSettings (controller/control/settings.py: the
-scoring definitions and the RolloutConfig are parts of it), and each action's
+scoring definitions and the RolloutSettings are parts of it), and each action's
 sub-parser the rows of its own settings class.  `run(args)` turns the parsed
 command line into those settings objects first (every value checked: ConfigError,
 one line, exit 2; then the inventory, key and destination, before the store is
-opened); `--once` exits 1 when a POP's config was rejected or could not be
-published.  The rollout actions (keygen, rollout, kill-switch) run in
+opened); `--once` exits 1 when the round failed or something could not be published
+(a POP's config rejected or not sent, or the publisher unable to run at all), 0 otherwise
+(published, unchanged, held, killed, or recorded only: --dry-run or no --kafka /
+--publish-dir).  `explain` uses the settings the latest round that decided the prefix
+recorded, unless scoring, decision or trial options are given (on the command line or in
+--config); it reads the store only, so a chdb:// directory that does not exist is refused
+instead of created.  The rollout actions (keygen, rollout, kill-switch) run in
 controller/rollout/cli.py.
 """
 
@@ -45,6 +50,18 @@ log = logging.getLogger("dyncc.control")
 
 #: options of the main parser repeated after an action name (SUPPRESS: a value given before it stays)
 SHARED = ("clickhouse", "kafka", "publish_dir", "private_key", "config_topic", "status_topic")
+#: the tables a round reads and writes (older stores: 'dyncc schema apply' adds what is missing)
+ROUND_TABLES = (
+    "selections",
+    "scoring_buckets",
+    "tcpinfo_5m",
+    "tcpinfo_5m_nal",
+    "trial_rounds",
+    "round_settings",
+    "round_outcomes",
+)
+#: what explain reads (round_settings is optional: without it, the command line's settings)
+EXPLAIN_TABLES = ("selections", "scoring_buckets", "tcpinfo_5m", "tcpinfo_5m_nal", "trial_rounds", "round_outcomes")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -54,8 +71,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     ControlSettings.add_arguments(parser)
     subparsers = parser.add_subparsers(dest="action", metavar="ACTION")
-    explain = subparsers.add_parser("explain", help="why a prefix got its decision")
-    ControlSettings.add_arguments(explain, only={"clickhouse", "at"})
+    explain = subparsers.add_parser(
+        "explain",
+        help="why a prefix got its decision (with the settings its round recorded, unless scoring options are given)",
+        description="Why a prefix got its decision: its buckets, scores, the decision a round would make now "
+        "(a dry run) and its trials, with the settings the latest round that decided it recorded.  Any "
+        "scoring, decision or trial option below (or in --config) explains it with the command line's "
+        "settings instead (their defaults where not given).  The output's second line says which.",
+    )
+    ControlSettings.add_arguments(explain, only={"clickhouse", "at", *scoring_option_keys()})
     ExplainSettings.add_arguments(explain)
     keygen = subparsers.add_parser("keygen", help="write an Ed25519 key pair for signing configs")
     KeygenSettings.add_arguments(keygen)
@@ -111,10 +135,11 @@ def run(args: argparse.Namespace) -> int:
         from controller.control.settings import ExplainSettings
         from controller.scoring.explain import check_prefix
 
-        explaining = ExplainSettings.from_sources(flags, config)
+        explaining = ExplainSettings.from_sources(flags)  # --pop and --prefix: command line only
         if not settings.clickhouse:
             raise ConfigError("--clickhouse URL is required")
-        return _explain(settings, explaining.pop, check_prefix(explaining.prefix))
+        explicit = scoring_options_given(flags, config)
+        return _explain(settings, explaining.pop, check_prefix(explaining.prefix), explicit)
     if not settings.clickhouse:
         raise ConfigError("--clickhouse URL is required")
     check_options(settings)
@@ -125,12 +150,46 @@ def _without(flags: dict[str, object], *keys: str) -> dict[str, object]:
     return {k: v for k, v in flags.items() if k not in keys}
 
 
-def _with_store(settings: ControlSettings, body: Callable[[Store], int]) -> int:
+def scoring_option_keys() -> set[str]:
+    """The dests of the scoring, decision and trial options (ScoringSettings, EvidenceSettings and
+    --expire): what a round recorded and explain otherwise takes from the round."""
+    from controller.evidence.settings import EvidenceSettings
+    from controller.scoring.settings import ScoringSettings
+
+    return {*ScoringSettings.defaults(), *EvidenceSettings.defaults(), "expire"}  # "expire": --expire's dest
+
+
+def scoring_options_given(flags: dict[str, object], config: str | None) -> bool:
+    """Did the user give a scoring, decision or trial option (scoring_option_keys(); before or after
+    `explain`): a flag, or a --config file that changes one from its default?"""
+    from controller.control.settings import ControlSettings
+
+    if any(flags.get(key) is not None for key in scoring_option_keys()):
+        return True
+    if not config:
+        return False
+    from_file = ControlSettings.from_sources({}, config)
+    default = ControlSettings()
+    return (from_file.scoring, from_file.evidence, from_file.expire_seconds) != (
+        default.scoring,
+        default.evidence,
+        default.expire_seconds,
+    )
+
+
+def _with_store(
+    settings: ControlSettings,
+    body: Callable[[Store], int],
+    tables: tuple[str, ...] = ROUND_TABLES,
+    existing: bool = False,
+) -> int:
+    """Open the store (existing: it must exist, a reader never creates a chDB directory), check
+    its tables and --pop, run `body`."""
     from controller.store import open_store
 
-    store = open_store(str(settings.clickhouse))
+    store = open_store(str(settings.clickhouse), existing=existing)
     try:
-        for table in ("selections", "scoring_buckets", "tcpinfo_5m", "tcpinfo_5m_nal", "trial_rounds"):
+        for table in tables:
             if not store.table_exists(table):
                 raise ConfigError(f"table {table} missing in {store.url.redacted()}: run 'dyncc schema apply' first")
         if settings.pop:  # a POP with no telemetry and no published config is a typo, not "nothing to do"
@@ -142,19 +201,34 @@ def _with_store(settings: ControlSettings, body: Callable[[Store], int]) -> int:
         store.close()
 
 
-def _explain(settings: ControlSettings, pop: str, prefix: str) -> int:
-    from controller.rollout.validate import refusal
-    from controller.scoring.explain import explain
+def _explain(settings: ControlSettings, pop: str, prefix: str, explicit: bool) -> int:
+    """explain: with the recorded settings of the round that decided the prefix unless `explicit`."""
+    from controller.rollout.validate import ValidationPolicy, refusal
+    from controller.scoring.explain import ExplainWith, choose_settings, explain
 
-    refuse = refusal(settings.rollout.validation_policy())
+    refuse = refusal(ValidationPolicy.from_settings(settings.rollout))
     when = settings.round_time()
     ran = dataclasses.replace(settings, pop=pop)
+    command_line = ExplainWith(settings.scoring, settings.evidence, settings.expire_seconds)
 
     def body(store: Store) -> int:
-        print(explain(store, settings.scoring, pop, prefix, when, refuse, settings.evidence))
+        used = choose_settings(store, pop, prefix, when, command_line, explicit)
+        print(
+            explain(
+                store,
+                used.scoring,
+                pop,
+                prefix,
+                when,
+                refuse,
+                used.evidence,
+                expire_seconds=used.expire_seconds,
+                settings_from=used.source,
+            )
+        )
         return 0
 
-    return _with_store(ran, body)
+    return _with_store(ran, body, EXPLAIN_TABLES, existing=True)
 
 
 def _control(store: Store, settings: ControlSettings) -> int:
@@ -163,7 +237,7 @@ def _control(store: Store, settings: ControlSettings) -> int:
     metrics = Metrics()
     controller = Controller(store, settings, metrics)
     if settings.once:
-        from controller.scoring.desired import NOT_PUBLISHED
+        from controller.store.outcomes import NOT_PUBLISHED
 
         result = controller.round(settings.round_time())
         if result is None:
@@ -173,6 +247,9 @@ def _control(store: Store, settings: ControlSettings) -> int:
         failed = sorted(pop for pop, o in result.outcomes.items() if o.status in NOT_PUBLISHED)
         if failed:
             log.error("round %s: not published for %s", result.round_id, ", ".join(failed))
+            return 1
+        if result.publish_error:  # also with no POP to publish: rollouts in flight could not move
+            log.error("round %s: nothing could be published: %s", result.round_id, result.publish_error)
             return 1
         return 0
     start_metrics(settings.metrics_port, metrics.registry)
@@ -184,7 +261,7 @@ def check_options(settings: ControlSettings) -> None:
     (ConfigError, one line): the inventory file and — when publishing — the key, the
     destination and the topics."""
     rollout = settings.rollout
-    rollout.rollout_settings()
+    rollout.host_lists()  # reads --inventory
     if not settings.dry_run and (rollout.kafka or rollout.publish_dir):
         from controller.rollout.cli import check_publish_options
 

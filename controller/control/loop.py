@@ -13,11 +13,10 @@ from collections import Counter as Tally
 from typing import TYPE_CHECKING
 
 from controller.rollout.publish import Publisher
-from controller.rollout.validate import refusal
-from controller.scoring.desired import NOT_PUBLISHED, PUBLISH_FAILED, PublishOutcome
+from controller.rollout.validate import ValidationPolicy, refusal
 from controller.scoring.round import RoundResult, run_round
-from controller.scoring.state import write_outcomes
 from controller.store import Store, StoreError
+from controller.store.outcomes import NOT_PUBLISHED, PUBLISH_FAILED, PublishOutcome, write_outcomes
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Gauge
@@ -127,7 +126,7 @@ class Controller:
         if not settings.dry_run and target and publisher is None:
             # The publisher's counters go on the controller's registry (one /metrics endpoint).
             self.publisher = Publisher(store, settings.rollout, metrics.registry)
-        self.refuse = refusal(settings.rollout.validation_policy())  # validation's per-prefix rule, cached
+        self.refuse = refusal(ValidationPolicy.from_settings(settings.rollout))  # validation's per-prefix rule, cached
 
     def round(self, now: dt.datetime | None = None) -> RoundResult | None:
 
@@ -151,12 +150,14 @@ class Controller:
         if self.publisher is not None:  # also with no states: rollouts in flight advance
             try:
                 outcomes = self.publisher.publish_round(result.states)
+                result.publish_error = self.publisher.failure
                 desired = {s.pop: s for s in result.states}
                 write_outcomes(self.store, [(desired[pop], o) for pop, o in outcomes.items()])
                 result.outcomes = outcomes
             except Exception as exc:  # the next round retries; never kill the loop
                 self.metrics.rounds.labels("publish_error").inc()
                 log.error("publishing round %s failed: %s", result.round_id, exc)
+                result.publish_error = str(exc)
                 result.outcomes = self._failed(result, str(exc))
         for outcome in result.outcomes.values():
             self.metrics.outcomes.labels(outcome.status).inc()

@@ -1,7 +1,7 @@
 """Settings of `dyncc control`: ControlSettings (a round: the store, the schedule, the scoring
 definitions and decisions, publishing, validation and staged rollout) and ExplainSettings.
 
-ControlSettings nests ScoringConfig (controller/scoring/settings.py) and RolloutConfig
+ControlSettings nests ScoringSettings (controller/scoring/settings.py) and RolloutSettings
 (controller/rollout/settings.py) as parts: their rows are flags and TOML keys of
 `dyncc control`.  Building one checks everything that needs no I/O, including the scoring
 caps that validation would refuse every round (`cap_conflicts`): ConfigError, one line.
@@ -13,10 +13,10 @@ import dataclasses
 import datetime as dt
 from typing import ClassVar
 
-from controller.evidence.settings import EvidenceConfig
-from controller.rollout.settings import RolloutConfig
+from controller.evidence.settings import EvidenceSettings
+from controller.rollout.settings import RolloutSettings
 from controller.rollout.validate import ValidationPolicy
-from controller.scoring.settings import DECISIONS, ScoringConfig
+from controller.scoring.settings import DECISIONS, ScoringSettings
 from controller.store.settings import STORE_URL_HELP
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_pop
@@ -63,7 +63,7 @@ def _seconds(value: float) -> int:
     return int(value)
 
 
-def cap_conflicts(policy: ValidationPolicy, scoring: ScoringConfig) -> list[str]:
+def cap_conflicts(policy: ValidationPolicy, scoring: ScoringSettings) -> list[str]:
     """Scoring settings that validation would refuse every time (empty = consistent).  Pure.
 
     From an empty POP a round may change at most policy.change_limit(0) prefixes, so more
@@ -102,19 +102,21 @@ class ControlSettings(Settings):
         None, DURATION, "start rounds this long after a boundary", default_text="30s, at most a tenth of the bucket"
     )
     once: bool = setting(
-        False, BOOL, "run one round now and exit (1 when a POP's config was rejected or not published)"
-    )
+        False, BOOL, "run one round now and exit: 1 when the round failed or something could not be published (a "
+        "POP's config rejected or not sent, or the publisher unable to run), else 0 (also when held, or recorded "
+        "only: --dry-run, or no --kafka / --publish-dir)",
+    )  # fmt: skip
     pop: str = setting("", STR, "only this POP", default_text="every POP", validator=_optional_pop)
     dry_run: bool = setting(False, BOOL, "decide and print; write and publish nothing")
     metrics_port: int = setting(0, INT, "Prometheus port (0 = off)", validator=in_range(0, 65535))
     verbose: bool = reuse(VERBOSE)
-    scoring: ScoringConfig = part(ScoringConfig)
-    evidence: EvidenceConfig = part(EvidenceConfig)
+    scoring: ScoringSettings = part(ScoringSettings)
+    evidence: EvidenceSettings = part(EvidenceSettings)
     expire_seconds: int = setting(
         "7d", DURATION, "release prefixes not seen for this long", section=DECISIONS, flag="--expire",
         convert=_seconds,
     )  # fmt: skip
-    rollout: RolloutConfig = part(RolloutConfig)
+    rollout: RolloutSettings = part(RolloutSettings)
     config: str | None = reuse(CONFIG_FILE)
 
     def __post_init__(self) -> None:
@@ -125,7 +127,7 @@ class ControlSettings(Settings):
             raise ConfigError("--every must be positive and longer than --delay")
         object.__setattr__(self, "every", every)
         object.__setattr__(self, "delay", delay)
-        conflicts = cap_conflicts(self.rollout.validation_policy(), self.scoring)
+        conflicts = cap_conflicts(ValidationPolicy.from_settings(self.rollout), self.scoring)
         if conflicts:
             raise ConfigError("; ".join(conflicts))
 
@@ -136,7 +138,9 @@ class ControlSettings(Settings):
 
 @dataclasses.dataclass(frozen=True)
 class ExplainSettings(Settings):
-    """`dyncc control explain`: why a prefix got its decision (plus --clickhouse and --at of control)."""
+    """`dyncc control explain`: why a prefix got its decision, with the settings the latest round
+    that decided it recorded, or the command line's when scoring options are given (plus
+    --clickhouse and --at of control)."""
 
     COMPONENT: ClassVar[str] = "control explain"
 

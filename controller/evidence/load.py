@@ -2,7 +2,9 @@
 
 `arm_cells` and `goodput_cells` run sql/queries/evidence_*_buckets.sql for a set of (pop,
 prefix)s sent as data (the statement does not grow with them); `stored_trials` reads every
-trial from `selections` (sql/queries/evidence_trials.sql).  `Evidence.load` puts them together
+trial from `selections` (sql/queries/evidence_trials.sql); `recorded_bucket` the bucket length
+the controller's rounds recorded (round_settings, sql/queries/evidence_round_buckets.sql), which
+the report and the lab's summary judge the trials on.  `Evidence.load` puts them together
 for a window, and its methods give the per-prefix and pooled effects that the controller's
 decisions, the lab summary, the report and `explain` all show (controller/evidence/model.py).
 """
@@ -22,7 +24,7 @@ from controller.evidence.model import (
     pooled,
     trial_effects,
 )
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.store.sql import query
 
 if TYPE_CHECKING:
@@ -130,6 +132,17 @@ def stored_trials(store: Store, end: dt.datetime, pop: str = "") -> list[Trial]:
     ]
 
 
+def recorded_bucket(store: Store, pop: str, start: dt.datetime, end: dt.datetime) -> int | None:
+    """The bucket length (s) the controller's rounds in [start, end) recorded (naive UTC or aware
+    bounds; pop '' = all): the one most of them used, the latest on a tie; None when no round
+    there recorded one (rounds from before sql/migrations/011, or a store without the table)."""
+    if not store.table_exists("round_settings"):
+        return None
+    bounds = [t.astimezone(dt.UTC).replace(tzinfo=None) if t.tzinfo is not None else t for t in (start, end)]
+    rows = store.query_rows(query("evidence_round_buckets"), {"pop": pop, "start": bounds[0], "end": bounds[1]})
+    return int(rows[0][0]) if rows and int(rows[0][0]) > 0 else None
+
+
 @dataclass
 class Evidence:
     """Per-prefix and pooled effects of a set of trials, from one read of the store.
@@ -140,7 +153,7 @@ class Evidence:
     `explain`.  `until` only bounds what is read.
     """
 
-    cfg: EvidenceConfig
+    cfg: EvidenceSettings
     bucket_seconds: int
     trials: list[Trial]
     cells: pd.DataFrame
@@ -153,7 +166,7 @@ class Evidence:
     def load(
         cls,
         store: Store,
-        cfg: EvidenceConfig,
+        cfg: EvidenceSettings,
         trials: Sequence[Trial],
         bucket_seconds: int,
         until: int,

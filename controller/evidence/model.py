@@ -178,13 +178,6 @@ def arm_buckets(cells: pd.DataFrame, purity: float = PURITY, min_samples: int = 
     return out.sort_values(["pop", "prefix", "ts"]).reset_index(drop=True)
 
 
-@dataclass(frozen=True)
-class PrefixEffect:
-    pop: str
-    prefix: str
-    effect: Effect
-
-
 def trial_effects(
     buckets: pd.DataFrame,
     windows: dict[tuple[str, str], tuple[int, int]] | None = None,

@@ -1,4 +1,4 @@
-"""Settings of the effect model and of per-prefix trials: the EvidenceConfig settings table.
+"""Settings of the effect model and of per-prefix trials: the EvidenceSettings settings table.
 
 One frozen settings object (dyncc_common.settings), nested as a part of `dyncc control` and
 used by the lab and the report, so every effect figure is computed with the same values.
@@ -13,14 +13,14 @@ from controller.evidence.model import LEVEL, MIN_BUCKETS, MIN_SAMPLES, PURITY
 from dyncc_common.errors import ConfigError
 from dyncc_common.settings import FLOAT, INT, STR, Settings, setting
 
-__all__ = ["AT_LIMIT", "EVIDENCE", "EvidenceConfig"]
+__all__ = ["AT_LIMIT", "EVIDENCE", "EvidenceSettings"]
 
 EVIDENCE = "effects and trials"
 AT_LIMIT = ("revert", "keep")
 
 
 @dataclasses.dataclass(frozen=True)
-class EvidenceConfig(Settings):
+class EvidenceSettings(Settings):
     """How effects are estimated and how a trial decides."""
 
     level: float = setting(LEVEL, FLOAT, "confidence level of every effect interval", section=EVIDENCE,

@@ -30,7 +30,7 @@ import hashlib
 from dataclasses import dataclass
 
 from controller.evidence.model import BBR, CUBIC, Effect, pct
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 
 KEEP, REVERT, GO_ON = "keep", "revert", "go on"
 
@@ -41,7 +41,7 @@ def first_arm(pop: str, prefix: str, since: int, pair: int, salt: str) -> str:
     return BBR if digest[0] & 1 else CUBIC
 
 
-def next_arm(pop: str, prefix: str, since: int, n_bbr: int, n_cubic: int, cfg: EvidenceConfig) -> str:
+def next_arm(pop: str, prefix: str, since: int, n_bbr: int, n_cubic: int, cfg: EvidenceSettings) -> str:
     """The arm a trial asks for next, from the arm buckets it has realized so far.
 
     Pair p (p = min(n_bbr, n_cubic) // block_rounds) runs its first arm (a stable coin flip)
@@ -58,7 +58,7 @@ def next_arm(pop: str, prefix: str, since: int, n_bbr: int, n_cubic: int, cfg: E
     return CUBIC if first == BBR else BBR
 
 
-def arm_at(pop: str, prefix: str, since: int, index: int, cfg: EvidenceConfig) -> str:
+def arm_at(pop: str, prefix: str, since: int, index: int, cfg: EvidenceSettings) -> str:
     """The arm of bucket `index` of a trial in which every ask was realized (each bucket counted
     for the arm `next_arm` asked for): the planned schedule, for simulations and synthetic data."""
     n = {BBR: 0, CUBIC: 0}
@@ -75,7 +75,7 @@ class Verdict:
     why: str
 
 
-def judge(effect: Effect, rounds_done: int, cfg: EvidenceConfig) -> Verdict:
+def judge(effect: Effect, rounds_done: int, cfg: EvidenceSettings) -> Verdict:
     """The sequential rule (see the module docstring) on the trial's effect so far.
 
     The blocks are the arm buckets the effect counted (effect.n_a bbr + effect.n_b cubic, in

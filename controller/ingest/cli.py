@@ -47,9 +47,9 @@ def run(settings: IngestSettings) -> int:
     start_metrics(settings.metrics_port, metrics.registry)
     kafka_cfg = None
     if settings.kafka:
-        from controller.ingest.kafka import wait_for_brokers
+        from controller.ingest.kafka import KafkaConfig, wait_for_brokers
 
-        kafka_cfg = settings.kafka_config()
+        kafka_cfg = KafkaConfig.from_settings(settings)
         wait_for_brokers(kafka_cfg, metrics)  # before the store: an unreachable broker is one line, exit 2
     store = open_store(settings.clickhouse)
     try:

@@ -1,7 +1,7 @@
 """Replay length-delimited TcpInfoBatch files (collector --sink file) into a BatchWriter.
 
-Each record is a 4-byte big-endian length and that many bytes.  A length
-above 64 MiB or past the end of the file is damage: everything before it is
+Each record is a 4-byte big-endian length and that many bytes (schemas/framing.py).  A
+length above 64 MiB or past the end of the file is damage: everything before it is
 loaded, the rest of the file is dead-lettered as one record (offset = byte
 position), and the replay goes on with the next file.  Dead letters name the
 file as topic, partition -1 and the record's byte offset.  Records the
@@ -20,7 +20,6 @@ are isolated there) and the group prepared behind it is prepared again.
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -28,41 +27,27 @@ from typing import BinaryIO
 
 from controller.ingest.writer import BatchWriter, FlushResult, Incoming, PreparedFlush
 from controller.store import StoreContentError
+from schemas.framing import Frame, iter_frames, read_frames
 
 log = logging.getLogger("dyncc.ingest")
-
-MAX_RECORD = 64 << 20
-_LEN = struct.Struct(">I")
 
 
 def iter_records(data: bytes, source: str) -> Iterator[Incoming]:
     """Records of one file's bytes; a damaged tail comes out as one record of the remaining bytes."""
-    pos = 0
-    n = len(data)
-    view = memoryview(data)
-    while pos < n:
-        length = _LEN.unpack_from(data, pos)[0] if pos + 4 <= n else -1
-        if length < 0 or length > MAX_RECORD or pos + 4 + length > n:
-            yield Incoming(bytes(view[pos:]), source, -1, pos)
-            return
-        yield Incoming(bytes(view[pos + 4 : pos + 4 + length]), source, -1, pos)
-        pos += 4 + length
+    for frame in iter_frames(data):
+        yield _record(frame, source)
 
 
 def read_records(f: BinaryIO, source: str) -> Iterator[Incoming]:
     """The records of an open file, read one at a time (same records and offsets as iter_records)."""
-    pos = 0
-    while True:
-        head = f.read(4)
-        if not head:
-            return
-        length = _LEN.unpack(head)[0] if len(head) == 4 else -1
-        body = f.read(length) if 0 <= length <= MAX_RECORD else b""
-        if length < 0 or length > MAX_RECORD or len(body) < length:
-            yield Incoming(head + body + f.read(), source, -1, pos)
-            return
-        yield Incoming(body, source, -1, pos)
-        pos += 4 + length
+    for frame in read_frames(f):
+        yield _record(frame, source)
+
+
+def _record(frame: Frame, source: str) -> Incoming:
+    if frame.error:
+        log.warning("%s: damaged at byte %d (%s): the rest is dead-lettered", source, frame.offset, frame.error)
+    return Incoming(frame.payload, source, -1, frame.offset)
 
 
 def iter_groups(f: BinaryIO, source: str, max_bytes: int) -> Iterator[list[Incoming]]:

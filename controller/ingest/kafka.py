@@ -79,7 +79,7 @@ _DEFAULTS = IngestSettings.defaults()  # the settings table holds the defaults: 
 
 @dataclass
 class KafkaConfig:
-    """The loader's configuration; IngestSettings.kafka_config() builds it from the settings."""
+    """The loader's configuration; from_settings() builds it from `dyncc ingest`'s settings."""
 
     brokers: str
     topic: str = _DEFAULTS["topic"]
@@ -97,6 +97,25 @@ class KafkaConfig:
     kafka_timeout: float = 2.0  # bound of one housekeeping request (committed offsets, watermarks)
     log_interval: float = 10.0  # repeated Kafka messages: one summary line per interval
     connect_timeout: float = _DEFAULTS["connect_timeout"]  # wait_for_brokers(); 0 = do not check
+
+    @classmethod
+    def from_settings(cls, settings: IngestSettings) -> KafkaConfig:
+        """The Kafka loader's configuration (needs --kafka: ConfigError)."""
+        if not settings.kafka:
+            raise ConfigError("--kafka BROKERS is needed to read from Kafka")
+        return cls(
+            brokers=settings.kafka,
+            topic=settings.topic,
+            group=settings.group,
+            max_rows=settings.max_rows,
+            min_rows=min(settings.min_rows, settings.max_rows),
+            max_bytes=settings.max_bytes,
+            max_wait=settings.max_wait,
+            inserters=settings.inserters,
+            drain=settings.drain,
+            backoff_max=settings.backoff_max,
+            connect_timeout=settings.connect_timeout,
+        )
 
 
 def consumer_settings(cfg: KafkaConfig, kafka_log: KafkaLog | None = None) -> dict[str, Any]:

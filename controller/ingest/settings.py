@@ -3,8 +3,9 @@
 
 dyncc_common.settings builds the flags, the `[ingest]` TOML loading and docs/settings.md
 from the rows below.  Values are checked when the settings are built (ConfigError, one
-line); `check_host()` looks at the machine (the --from-file files, the access logs).  `kafka_config()`
-builds the loader's KafkaConfig, whose defaults are this table's (defined here only).
+line); `check_host()` looks at the machine (the --from-file files, the access logs).  The Kafka
+loader's KafkaConfig (controller/ingest/kafka.py, `KafkaConfig.from_settings`) takes its defaults
+from this table (defined here only); this module imports nothing of the loader.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import dataclasses
 import os
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from controller.store.settings import STORE_URL_HELP
 from dyncc_common.errors import ConfigError
@@ -32,9 +33,6 @@ from dyncc_common.settings import (
     reuse,
     setting,
 )
-
-if TYPE_CHECKING:
-    from controller.ingest.kafka import KafkaConfig
 
 __all__ = ["AccessLogSettings", "IngestSettings"]
 
@@ -94,26 +92,6 @@ class IngestSettings(Settings):
         for path in self.from_file:
             if not Path(path).is_file():
                 raise ConfigError(f"--from-file {path}: no such file")
-
-    def kafka_config(self) -> KafkaConfig:
-        """The Kafka loader's configuration (needs --kafka)."""
-        from controller.ingest.kafka import KafkaConfig  # lazy: ingest.kafka imports this module (cycle)
-
-        if not self.kafka:
-            raise ConfigError("--kafka BROKERS is needed to read from Kafka")
-        return KafkaConfig(
-            brokers=self.kafka,
-            topic=self.topic,
-            group=self.group,
-            max_rows=self.max_rows,
-            min_rows=min(self.min_rows, self.max_rows),
-            max_bytes=self.max_bytes,
-            max_wait=self.max_wait,
-            inserters=self.inserters,
-            drain=self.drain,
-            backoff_max=self.backoff_max,
-            connect_timeout=self.connect_timeout,
-        )
 
 
 #: the smallest --chunk-bytes: two of the longest lines access_log.py accepts (64 KiB each)

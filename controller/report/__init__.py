@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from controller.report.write import ReportSummary, write_report
+    from controller.report.write import write_report
 
-__all__ = ["ReportSummary", "write_report"]
+__all__ = ["write_report"]
 
 
 def __getattr__(name: str) -> Any:

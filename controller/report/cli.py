@@ -2,7 +2,9 @@
 
 Every option is checked before the store is opened (a bad time, bucket, POP name, an
 unreadable --asn-file or an unwritable --output is one line, exit 2); a --pop the store does
-not know (no telemetry, no published config) is exit 2 naming the known POPs.  The flags come
+not know (no telemetry, no published config) is exit 2 naming the known POPs.  The report only
+reads the store: a chdb:// directory that does not exist, or a store without the tables it
+reads (REPORT_TABLES), is one line and exit 2 (never a new empty store).  The flags come
 from ReportSettings (controller/report/settings.py); dyncc/cli.py calls run(settings).
 """
 
@@ -16,10 +18,13 @@ from controller.report.settings import ReportSettings
 from dyncc_common.errors import ConfigError
 from dyncc_common.units import parse_duration
 
-__all__ = ["SETTINGS", "check_output", "parse_time", "resolve_window", "run"]
+__all__ = ["REPORT_TABLES", "SETTINGS", "check_output", "parse_time", "resolve_window", "run"]
 
 
 SETTINGS = ReportSettings
+#: the tables the report reads (http_requests and round_settings are optional: it says what it
+#: did without them)
+REPORT_TABLES = ("tcpinfo", "tcpinfo_5m", "selections", "round_outcomes", "config_versions", "trial_rounds")
 
 
 def parse_time(text: str, what: str) -> dt.datetime:
@@ -82,8 +87,11 @@ def run(settings: ReportSettings) -> int:
             raise ConfigError(f"cannot read --asn-file {settings.asn_file}: {exc.strerror or exc}") from exc
         if asn_table.entries == 0:
             raise ConfigError(f"--asn-file {settings.asn_file} has no prefix,asn[,name] line")
-    store = open_store(settings.clickhouse)
+    store = open_store(settings.clickhouse, existing=True)
     try:
+        for table in REPORT_TABLES:
+            if not store.table_exists(table):
+                raise ConfigError(f"table {table} missing in {store.url.redacted()}: run 'dyncc schema apply' first")
         if settings.pop:
             from controller.store.pops import require_known_pops
 

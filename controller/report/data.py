@@ -1,8 +1,9 @@
 """The report's data: run sql/queries/report_*.sql on a store and return DataFrames.
 
 Every query returns times as Unix seconds (`ts`), converted here to UTC timestamps, so the
-result does not depend on the server's time zone.  Also `render_view`, which expands Grafana's
-`$__timeFilter(col)` macro the way the ClickHouse data source does, to run sql/views/*.sql.
+result does not depend on the server's time zone.  Also `view_query`, a query of one of the views
+`dyncc schema apply` creates from sql/views/*.sql with Grafana's `$__timeFilter(time)` on its time
+column, expanded by `render_view` the way the ClickHouse data source does.
 
 Each report section is one query file.  The parts they share are files of their own spliced in
 by `compose` (controller/store/sql.py splice): `{{source}}` (the per-bucket delivery-rate states,
@@ -15,7 +16,9 @@ the window (or does not exist) does the report fall back to the busy_time approx
 report_goodput.sql, and `ReportData.goodput_source` says which one it used.
 
 The effect figures come from the one effect model (controller/evidence): `load_trials` reads
-the stored trials (`stored_trials`), the bucket length the rounds used (the median spacing of the
+the stored trials (`stored_trials`), the bucket length the rounds used (`round_bucket`: the
+bucket_seconds the rounds in the window recorded, controller/evidence/load.py `recorded_bucket`,
+as the lab's summary reads it; for rounds from before round_settings, the median spacing of the
 stored rounds, report_round_times.sql) and each trial prefix's latest decision
 (report_trial_state.sql), and loads `Evidence` for the trials that ran in the window.
 """
@@ -27,12 +30,12 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controller.evidence.load import Evidence, stored_trials
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.load import Evidence, recorded_bucket, stored_trials
+from controller.evidence.settings import EvidenceSettings
 from controller.report import trials as report_trials
 from controller.report.asn import AsnTable, map_prefixes
 from controller.store import Store
-from controller.store.sql import query, render_time_filter, splice
+from controller.store.sql import query, render_time_filter, select_view, splice
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -166,8 +169,10 @@ def source_for(bucket: int) -> str:
     return SOURCE_ROLLUP if bucket == int(BUCKET.total_seconds()) else SOURCE_RAW
 
 
-def view_text(name: str) -> str:
-    return query(f"views/{name}")
+def view_query(name: str, start: dt.datetime, end: dt.datetime) -> str:
+    """Every row of the view `name` (sql/views/NAME.sql, created by `dyncc schema apply`) whose
+    time is in [start, end], as Grafana's `$__timeFilter(time)` selects them, ordered by time."""
+    return render_view(select_view(name), start, end)
 
 
 def _with_time(df: pd.DataFrame, column: str = "ts", into: str = "time") -> pd.DataFrame:
@@ -189,15 +194,25 @@ def _q(store: Store, name: str, params: dict[str, Any], time_col: str = "ts", **
 
 
 def data_span(store: Store, pop: str) -> tuple[dt.datetime, dt.datetime] | None:
-    """(first, last) 5-minute bucket of telemetry present for the POP ('' = all), None if none."""
+    """(first, last) 5-minute bucket of telemetry present for the POP ('' = all), None if none.
+
+    The last bucket is at least the one the latest recorded round falls in: a round exactly at
+    the end of the last bucket with data (a lab's last round) is inside the default window.
+    """
     rows = store.query_rows(query("report_time_range"), {"pop": pop})
     if not rows or int(rows[0][0]) == 0:
         return None
+    first, last = int(rows[0][1]), int(rows[0][2])
+    if store.table_exists("round_outcomes"):
+        rounds = store.query_rows(query("report_last_round"), {"pop": pop})
+        if rounds and int(rounds[0][0]) > 0:
+            step = int(BUCKET.total_seconds())
+            last = max(last, int(rounds[0][1]) // step * step)
 
-    def utc(ts: Any) -> dt.datetime:
-        return dt.datetime.fromtimestamp(int(ts), dt.UTC).replace(tzinfo=None)
+    def utc(ts: int) -> dt.datetime:
+        return dt.datetime.fromtimestamp(ts, dt.UTC).replace(tzinfo=None)
 
-    return utc(rows[0][1]), utc(rows[0][2])
+    return utc(first), utc(last)
 
 
 def load(
@@ -207,7 +222,7 @@ def load(
     until: dt.datetime | None = None,
     asn_table: AsnTable | None = None,
     bucket_seconds: int | None = None,
-    evidence: EvidenceConfig | None = None,
+    evidence: EvidenceSettings | None = None,
     min_bytes: int = MIN_BYTES,
     include_app_limited: bool = False,
 ) -> ReportData:
@@ -250,7 +265,9 @@ def load(
     data.reverted_total = int(rows[0][0]) if rows else 0
     if asn_table is not None:
         data.isp = load_isp(store, params, asn_table, source)
-    data.trials = load_trials(store, pop, window, evidence or EvidenceConfig(), bucket, min_bytes, include_app_limited)
+    data.trials = load_trials(
+        store, pop, window, evidence or EvidenceSettings(), bucket, min_bytes, include_app_limited
+    )
     return data
 
 
@@ -262,21 +279,31 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def round_bucket(store: Store, pop: str, window: Window) -> int | None:
-    """The bucket length the controller's rounds used: the median spacing of the stored rounds
-    in the window (report_round_times.sql), or None with fewer than two rounds in a POP."""
+RECORDED_BUCKET = "the bucket length the controller's rounds recorded"
+ROUND_SPACING = "the spacing of the controller's rounds"
+
+
+def round_bucket(store: Store, pop: str, window: Window) -> tuple[int, str] | None:
+    """(the bucket length the controller's rounds in the window used, where it came from): the
+    bucket_seconds they recorded (round_settings, the same value the lab's summary reads); for
+    rounds that recorded none, the median spacing of the stored rounds (report_round_times.sql);
+    None with neither (fewer than two rounds in a POP)."""
+    recorded = recorded_bucket(store, pop, window.start, window.end)
+    if recorded is not None:
+        return recorded, RECORDED_BUCKET
     params = {"pop": pop, "start": window.start, "end": window.end, "limit": ROUND_LIMIT}
     times: dict[str, list[int]] = {}
     for p, ts in store.query_rows(query("report_round_times"), params):
         times.setdefault(_text(p), []).append(int(ts))
-    return report_trials.spacing(times)
+    spacing = report_trials.spacing(times)
+    return None if spacing is None else (spacing, ROUND_SPACING)
 
 
 def load_trials(
     store: Store,
     pop: str,
     window: Window,
-    cfg: EvidenceConfig,
+    cfg: EvidenceSettings,
     fallback_bucket: int,
     min_bytes: int = MIN_BYTES,
     include_app_limited: bool = False,
@@ -284,10 +311,11 @@ def load_trials(
     """The effect model's data for the window: the trials that ran in it, Evidence for them in
     buckets of the rounds' length (`fallback_bucket` when the window has too few rounds), and
     each trial prefix's latest decision."""
-    bucket = round_bucket(store, pop, window)
-    bucket_from = "the spacing of the controller's rounds"
-    if bucket is None:
+    found = round_bucket(store, pop, window)
+    if found is None:
         bucket, bucket_from = fallback_bucket, "the report's resolution: too few controller rounds in the window"
+    else:
+        bucket, bucket_from = found
     start, end = _unix(window.start), _unix(window.end)
     every = stored_trials(store, window.end, pop)
     trials = report_trials.in_window(every, start, end, bucket)

@@ -29,7 +29,7 @@ from itertools import pairwise
 from controller.evidence import summary as evidence_summary
 from controller.evidence.load import Evidence, Trial
 from controller.evidence.model import Effect, pct
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.evidence.trial import short
 
 __all__ = [
@@ -67,7 +67,7 @@ OUTCOME = {"keep": "keep", "revert": "revert", "trial": "running"}
 class TrialData:
     """What the report read for its effect figures (data.py `load_trials`)."""
 
-    cfg: EvidenceConfig
+    cfg: EvidenceSettings
     bucket_seconds: int  # the bucket length the trials were judged on
     bucket_from: str  # where it came from, in words
     evidence: Evidence

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controller.evidence.model import pct
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.report import data as report_data
 from controller.report import effects as report_effects
 from controller.report import html as report_html
@@ -410,7 +410,7 @@ def _pool_table(pools: list[report_trials.Pool]) -> str:
 def _effect_section(data: report_data.ReportData, pools: list[report_trials.Pool]) -> Section:
     td = data.trials
     tables, notes, plot_rows = [], [], []
-    level = int((td.cfg.level if td else EvidenceConfig().level) * 100)  # as summary_line words it
+    level = int((td.cfg.level if td else EvidenceSettings().level) * 100)  # as summary_line words it
     if td is not None and td.trials:
         for pool in pools:
             e = pool.effect
@@ -676,7 +676,7 @@ def write_report(
     asn_file: str | os.PathLike[str] | None = None,
     asn_table: AsnTable | None = None,
     bucket_seconds: int | None = None,
-    evidence: EvidenceConfig | None = None,
+    evidence: EvidenceSettings | None = None,
     min_bytes: int = report_data.MIN_BYTES,
     include_app_limited: bool = False,
 ) -> ReportSummary:
@@ -685,7 +685,7 @@ def write_report(
     Window: `since`/`until` (naive = UTC); by default the last 24 h of telemetry present.
     `asn_file` (CSV prefix,asn[,name]) or `asn_table` enables the per-ISP section.
     `bucket_seconds`: plot resolution; default 5 minutes, finer for windows under 2 h.
-    `evidence` (default EvidenceConfig()), `min_bytes`, `include_app_limited`: the effect model's
+    `evidence` (default EvidenceSettings()), `min_bytes`, `include_app_limited`: the effect model's
     settings, as the controller and the lab use them.
     """
     started = time.monotonic()

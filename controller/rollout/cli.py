@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.rollout.settings import KeygenSettings, KillSwitchSettings, RolloutActionSettings, RolloutConfig
+from controller.rollout.settings import KeygenSettings, KillSwitchSettings, RolloutActionSettings, RolloutSettings
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_brokers, check_topic
 
@@ -51,7 +51,7 @@ def _store(url: str | None) -> Any:
 _KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 
 
-def check_publish_options(cfg: RolloutConfig) -> None:
+def check_publish_options(cfg: RolloutSettings) -> None:
     """ConfigError (one line) when the publishing options cannot work; nothing is published."""
     from controller.rollout.signing import Signer
 
@@ -72,7 +72,7 @@ def check_publish_options(cfg: RolloutConfig) -> None:
         if not os.access(directory, os.W_OK | os.X_OK):
             raise ConfigError(f"--publish-dir {directory} is not writable")
     Signer.from_file(Path(cfg.private_key))
-    cfg.rollout_settings()  # reads --inventory
+    cfg.host_lists()  # reads --inventory
 
 
 def keygen(settings: KeygenSettings) -> int:
@@ -91,7 +91,7 @@ def keygen(settings: KeygenSettings) -> int:
     return 0
 
 
-def rollout(store_url: str | None, cfg: RolloutConfig, settings: RolloutActionSettings) -> int:
+def rollout(store_url: str | None, cfg: RolloutSettings, settings: RolloutActionSettings) -> int:
     """`rollout status` prints the table; `rollout advance` ingests statuses and runs the gates once."""
     if not store_url:
         raise ConfigError("--clickhouse URL is required")
@@ -109,7 +109,7 @@ def rollout(store_url: str | None, cfg: RolloutConfig, settings: RolloutActionSe
         store.close()
 
 
-def kill_switch(store_url: str | None, cfg: RolloutConfig, settings: KillSwitchSettings) -> int:
+def kill_switch(store_url: str | None, cfg: RolloutSettings, settings: KillSwitchSettings) -> int:
     if not store_url:
         raise ConfigError("--clickhouse URL is required")
     check_publish_options(cfg)
@@ -120,14 +120,14 @@ def kill_switch(store_url: str | None, cfg: RolloutConfig, settings: KillSwitchS
         store.close()
 
 
-def _kill_switch(store: Any, cfg: RolloutConfig, settings: KillSwitchSettings) -> int:
+def _kill_switch(store: Any, cfg: RolloutSettings, settings: KillSwitchSettings) -> int:
     from controller.rollout import records as rs
     from controller.rollout.publish import Publisher
     from controller.rollout.sinks import PublishError
 
     pops = list(settings.kill_pops)
     if settings.kill_all:
-        pops = sorted(set(rs.known_pops(store)) | set(cfg.rollout_settings().inventory))
+        pops = sorted(set(rs.known_pops(store)) | set(cfg.host_lists()[0]))
         if not pops:
             raise ConfigError("no POP known to the store or inventory; name one with --pop")
     elif not settings.force:

@@ -28,6 +28,7 @@ from controller.rollout.generate import (
     generate,
     kill_switch_config,
 )
+from controller.rollout.settings import RolloutSettings
 from controller.rollout.signing import Signer
 from controller.rollout.sinks import ConfigSink, PublishError, config_key
 from controller.rollout.state import (
@@ -44,11 +45,13 @@ from controller.rollout.state import (
     choose_canary,
     judge_p10,
     known_hosts,
+    seconds_to_ns,
     soak_remaining_ns,
 )
 from controller.rollout.validate import ValidationPolicy, validate
 from controller.scoring.desired import DesiredState
 from controller.store import Store
+from controller.store.outcomes import PUBLISH_FAILED, PUBLISHED, REJECTED
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 
 log = logging.getLogger("dyncc.rollout")
@@ -57,15 +60,33 @@ TOGGLE_HISTORY = 32  # config versions looked at for a trial prefix's earlier PO
 
 
 @dataclass
-class RolloutSettings:
+class RolloutConfig:
+    """What the engine takes: the staged-rollout part of RolloutSettings, durations in ns
+    (defaults: the table's; `staging` is the table's auto|on|off already decided)."""
+
     thresholds: GateThresholds = field(default_factory=GateThresholds)
-    canary_fraction: float = 0.1
+    canary_fraction: float = RolloutSettings.canary_fraction
     canary_hosts: Mapping[str, Sequence[str]] = field(default_factory=dict)
     inventory: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    host_expiry_ns: int = 3600 * 10**9
-    holddown_ns: int = 3600 * 10**9
+    host_expiry_ns: int = seconds_to_ns(RolloutSettings.host_expiry)
+    holddown_ns: int = seconds_to_ns(RolloutSettings.holddown)
     staging: bool = True
-    lock: bool = False
+    lock: bool = RolloutSettings.lock_cc
+
+    @classmethod
+    def from_settings(cls, settings: RolloutSettings) -> RolloutConfig:
+        """Reads --inventory when given (ConfigError)."""
+        hosts, canary = settings.host_lists()
+        return cls(
+            thresholds=GateThresholds.from_settings(settings),
+            canary_fraction=settings.canary_fraction,
+            canary_hosts=canary,
+            inventory=hosts,
+            host_expiry_ns=seconds_to_ns(settings.host_expiry),
+            holddown_ns=seconds_to_ns(settings.holddown),
+            staging=settings.staging == "on" or (settings.staging == "auto" and bool(settings.kafka)),
+            lock=settings.lock_cc,
+        )
 
 
 @dataclass
@@ -85,14 +106,14 @@ class RolloutEngine:
         sink: ConfigSink,
         signer: Signer,
         policy: ValidationPolicy,
-        settings: RolloutSettings,
+        config: RolloutConfig,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self.store = store
         self.sink = sink
         self.signer = signer
         self.policy = policy
-        self.settings = settings
+        self.config = config
         self.clock = clock
         self.counters = StepCounters()
 
@@ -132,7 +153,7 @@ class RolloutEngine:
         )
 
     def _reject(self, config: CongestionConfig, kind: str, diff: ConfigDiff, reasons: list[str]) -> None:
-        self._record(config, rs.REJECTED, kind, diff, reasons)
+        self._record(config, REJECTED, kind, diff, reasons)
         self.counters.rejected += 1
         log.warning(
             "%s: %s config v%d REJECTED, not published: %s", config.pop, kind, config.version, "; ".join(reasons)
@@ -144,16 +165,16 @@ class RolloutEngine:
         try:
             self.sink.publish(config_key(config.pop, canary), config)
         except PublishError as exc:
-            self._record(config, rs.PUBLISH_FAILED, kind, diff, [str(exc)])
+            self._record(config, PUBLISH_FAILED, kind, diff, [str(exc)])
             raise
-        self._record(config, rs.PUBLISHED, kind, diff)
+        self._record(config, PUBLISHED, kind, diff)
         self.counters.count(kind)
 
     def _reports(self, pop: str, now: int) -> dict[str, HostReport]:
-        return rs.latest_reports(self.store, pop, now - self.settings.host_expiry_ns)
+        return rs.latest_reports(self.store, pop, now - self.config.host_expiry_ns)
 
     def _hosts(self, pop: str, latest: Mapping[str, HostReport]) -> list[str]:
-        return known_hosts(latest, self.settings.inventory.get(pop, ()))
+        return known_hosts(latest, self.config.inventory.get(pop, ()))
 
     # -- one round for one POP ----------------------------------------------------------------
 
@@ -183,7 +204,7 @@ class RolloutEngine:
         pop = state.pop
         stable = self._entries(pop, state.stable_version)
         last = rs.last_version(self.store, pop)
-        config = generate(desired, last + 1, created_at_ns=now, lock=self.settings.lock)
+        config = generate(desired, last + 1, created_at_ns=now, lock=self.config.lock)
         diff = diff_entries(stable, config.entries)
         fp = fingerprint(config.entries)
         if diff.total == 0 and len({e.prefix for e in config.entries}) == len(config.entries):
@@ -194,8 +215,8 @@ class RolloutEngine:
                 state.stable_version,
             )
             return state
-        if fp == state.failed_fingerprint and now - state.failed_at_ns < self.settings.holddown_ns:
-            left = (state.failed_at_ns + self.settings.holddown_ns - now) / 1e9
+        if fp == state.failed_fingerprint and now - state.failed_at_ns < self.config.holddown_ns:
+            left = (state.failed_at_ns + self.config.holddown_ns - now) / 1e9
             log.warning(
                 "%s: desired state equals the one rolled back %.0fs ago; held down %.0fs more",
                 pop,
@@ -204,8 +225,8 @@ class RolloutEngine:
             )
             return state
         hosts = self._hosts(pop, latest)
-        toggle = bool(self.settings.staging and hosts) and self._trial_toggle(pop, desired, diff)
-        if self.settings.staging and hosts and not toggle:
+        toggle = bool(self.config.staging and hosts) and self._trial_toggle(pop, desired, diff)
+        if self.config.staging and hosts and not toggle:
             # a change that mixes trial toggles with prefixes a canary must see: the toggles go
             # POP-wide now, the rest waits for the next round (so toggles never wait for a wave)
             split = self._toggles_only(pop, desired, stable, diff, last + 1, now)
@@ -218,8 +239,8 @@ class RolloutEngine:
         if reasons:
             self._reject(config, "candidate", diff, reasons)
             return state
-        if self.settings.staging and hosts and not toggle:
-            canary = choose_canary(pop, hosts, self.settings.canary_hosts.get(pop, ()), self.settings.canary_fraction)
+        if self.config.staging and hosts and not toggle:
+            canary = choose_canary(pop, hosts, self.config.canary_hosts.get(pop, ()), self.config.canary_fraction)
             config.target_hosts.extend(canary)
             self._publish(config, "canary", diff, canary=True)
             log.info(
@@ -271,7 +292,7 @@ class RolloutEngine:
         trials = desired.trial_prefixes
         if not trials:
             return None
-        wanted = {e.prefix: e for e in generate(desired, version, created_at_ns=now, lock=self.settings.lock).entries}
+        wanted = {e.prefix: e for e in generate(desired, version, created_at_ns=now, lock=self.config.lock).entries}
         removed = [p for p in diff.removed if p in trials]
         on = [p for p in (*diff.added, *diff.changed) if p in trials]
         validated = self._validated(pop, set(on), trials) if on else set()
@@ -290,7 +311,7 @@ class RolloutEngine:
         for version, status, kind, *_, created_ns in rs.config_history(self.store, pop, limit=TOGGLE_HISTORY):
             if needed <= seen:
                 break
-            if str(status) != rs.PUBLISHED or str(kind) not in ("full", "promote"):
+            if str(status) != PUBLISHED or str(kind) not in ("full", "promote"):
                 continue
             config = rs.load_published_config(self.store, pop, int(version))
             for e in config.entries if config is not None else ():
@@ -309,7 +330,7 @@ class RolloutEngine:
         return needed <= self._validated(pop, needed, trials) if needed else True
 
     def _advance(self, state: RolloutState, latest: Mapping[str, HostReport], now: int) -> RolloutState:
-        th = self.settings.thresholds
+        th = self.config.thresholds
         reports = rs.reports_since(self.store, state.pop, state.wave_started_ns)
         canary = state.phase == CANARY
         check = check_wave(
@@ -357,7 +378,7 @@ class RolloutEngine:
         return self._promote(state, latest, now, why)
 
     def _judge_delivery(self, state: RolloutState, succeeded: Mapping[str, HostReport], now: int) -> tuple[bool, str]:
-        th = self.settings.thresholds
+        th = self.config.thresholds
         hosts = sorted(succeeded)
         applied_ns = max((r.reported_ns for r in succeeded.values()), default=state.wave_started_ns)
         before_window = (state.wave_started_ns - th.baseline_ns, state.wave_started_ns)

@@ -1,13 +1,14 @@
 """`dyncc control` publishing: the Publisher a controller (or the lab) owns.
 
     Publisher(store, cfg, registry=None, clock=time.time_ns)
-        cfg: a RolloutConfig (controller/rollout/settings.py); registry: the Prometheus
+        cfg: a RolloutSettings (controller/rollout/settings.py); registry: the Prometheus
         registry its counters go on (a private one when None); clock: the time (ns)
         published configs carry (the lab and the demo replay pass their round time)
     publisher.publish_round(states)   per POP: generate, validate, sign, publish, record,
                                       advance the staged rollout; ingest apply statuses
                                       first; returns each POP's PublishOutcome (the caller
                                       records them in round_outcomes)
+    publisher.failure                 why that round could publish nothing at all ('' = it ran)
     publisher.engine()                the RolloutEngine (kill switch, rollout advance)
 
 Configs go to Kafka (`--kafka`, compacted `--config-topic`, key "<pop>" for
@@ -29,29 +30,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from controller.rollout import records as rs
-from controller.rollout.engine import RolloutEngine, StepCounters
+from controller.rollout.engine import RolloutConfig, RolloutEngine, StepCounters
 from controller.rollout.generate import fingerprint, generate
 from controller.rollout.signing import Signer
 from controller.rollout.sinks import ConfigSink, DirConfigSink, KafkaConfigSink, PublishError
 from controller.rollout.state import CANARY, IDLE, REST, RolloutState
 from controller.rollout.state import KILLED as PHASE_KILLED
 from controller.rollout.statuses import StatusIngestor
-from controller.scoring.desired import (
+from controller.rollout.validate import ValidationPolicy
+from controller.scoring.desired import DesiredState
+from controller.store import Store, StoreError
+from controller.store.outcomes import (
     HELD,
     KILLED,
     PUBLISH_FAILED,
     PUBLISHED,
     REJECTED,
     UNCHANGED,
-    DesiredState,
     PublishOutcome,
 )
-from controller.store import Store, StoreError
 from controller.store.sql import query
 from dyncc_common.errors import ConfigError
 
 if TYPE_CHECKING:
-    from controller.rollout.settings import RolloutConfig
+    from controller.rollout.settings import RolloutSettings
 
 __all__ = ["Publisher"]
 
@@ -82,12 +84,12 @@ class _Metrics:
 
 
 class Publisher:
-    """Publishes one store's desired states with one RolloutConfig (see the module docstring)."""
+    """Publishes one store's desired states with one RolloutSettings (see the module docstring)."""
 
     def __init__(
         self,
         store: Store,
-        cfg: RolloutConfig,
+        cfg: RolloutSettings,
         registry: Any = None,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
@@ -103,11 +105,13 @@ class Publisher:
         self.cfg = cfg
         self.clock = clock
         self.metrics = _Metrics(registry)
-        self.policy = cfg.validation_policy()
-        self.settings = cfg.rollout_settings()
+        self.policy = ValidationPolicy.from_settings(cfg)
+        self.rollout_config = RolloutConfig.from_settings(cfg)
         self._sink: ConfigSink | None = None
         self._signer: Signer | None = None
         self._status: StatusIngestor | None = None
+        #: why the last publish_round could publish nothing at all (no sink or signer), '' = it ran
+        self.failure = ""
 
     def _open(self) -> tuple[ConfigSink, Signer]:
         """The sink, signer and status reader, made on first use (PublishError, ConfigError)."""
@@ -131,7 +135,7 @@ class Publisher:
 
     def engine(self) -> RolloutEngine:
         sink, signer = self._open()
-        return RolloutEngine(self.store, sink, signer, self.policy, self.settings, self.clock)
+        return RolloutEngine(self.store, sink, signer, self.policy, self.rollout_config, self.clock)
 
     def ingest_statuses(self) -> None:
         self._open()
@@ -152,13 +156,16 @@ class Publisher:
 
         A POP whose publish fails (sink, signer or store error) is logged and skipped (its state
         does not move); the others go on.  Returns the outcome of each POP of `states`, for the
-        caller to record in round_outcomes.
+        caller to record in round_outcomes.  `failure` says why when nothing could be published
+        (also when `states` is empty: `control --once` exits 1 on it).
         """
         desired = {s.pop: s for s in states}
+        self.failure = ""
         try:
             engine = self.engine()
         except PublishError as exc:
             log.error("nothing published this round: %s", exc)
+            self.failure = str(exc)
             return {pop: PublishOutcome(pop, PUBLISH_FAILED, reason=str(exc)) for pop in desired}
         self.ingest_statuses()
         in_flight = [
@@ -202,8 +209,8 @@ def _outcome(engine: RolloutEngine, desired: DesiredState, state: RolloutState, 
     if state.phase != IDLE:
         why = f"rollout of v{state.candidate_version} in flight ({state.phase})"
         return PublishOutcome(desired.pop, HELD, state.stable_version, why)
-    fp = fingerprint(generate(desired, 0, created_at_ns=0, lock=engine.settings.lock).entries)
-    if fp == state.failed_fingerprint and since_ns - state.failed_at_ns < engine.settings.holddown_ns:
+    fp = fingerprint(generate(desired, 0, created_at_ns=0, lock=engine.config.lock).entries)
+    if fp == state.failed_fingerprint and since_ns - state.failed_at_ns < engine.config.holddown_ns:
         return PublishOutcome(desired.pop, HELD, state.stable_version, "held down after a rollback")
     return PublishOutcome(desired.pop, UNCHANGED, state.stable_version)
 

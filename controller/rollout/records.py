@@ -18,10 +18,8 @@ import numpy as np
 
 from controller.rollout.state import HostReport, RolloutState, WindowStats
 from controller.store import Store
-from controller.store import sql as sql_files
+from controller.store.sql import query, splice
 from schemas.congestion_pb2 import CongestionConfig
-
-PUBLISHED, REJECTED, PUBLISH_FAILED = "published", "rejected", "publish_failed"
 
 
 def _objects(values: Sequence[Any]) -> np.ndarray:
@@ -56,7 +54,7 @@ def _float(value: Any) -> float:
 class ConfigRecord:
     pop: str
     version: int
-    status: str
+    status: str  # PUBLISHED, REJECTED or PUBLISH_FAILED (controller/store/outcomes.py)
     kind: str
     config: CongestionConfig
     created_ns: int
@@ -94,7 +92,7 @@ def record_config(store: Store, rec: ConfigRecord) -> None:
 
 def load_published_config(store: Store, pop: str, version: int) -> CongestionConfig | None:
     rows = store.query_rows(
-        sql_files.query("rollout_published_config"),
+        query("rollout_published_config"),
         {"pop": pop, "version": version},
     )
     if not rows:
@@ -105,14 +103,14 @@ def load_published_config(store: Store, pop: str, version: int) -> CongestionCon
 def config_history(store: Store, pop: str, limit: int = 20) -> list[tuple[Any, ...]]:
     """(version, status, kind, entries, target_hosts, reasons, created_ns), newest first."""
     return store.query_rows(
-        sql_files.query("rollout_config_history"),
+        query("rollout_config_history"),
         {"pop": pop, "limit": limit},
     )
 
 
 def last_version(store: Store, pop: str) -> int:
     """The highest version published for the POP or reported in force by its agents (0 = none)."""
-    row = store.query_rows(sql_files.query("rollout_next_version"), {"pop": pop})[0]
+    row = store.query_rows(query("rollout_next_version"), {"pop": pop})[0]
     return max(_int(row[0]), _int(row[1]))
 
 
@@ -135,10 +133,22 @@ _STATE_COLUMNS = (
 
 
 def load_state(store: Store, pop: str) -> RolloutState:
-    rows = store.query_rows(sql_files.query("rollout_state_latest"), {"pop": pop})
+    rows = store.query_rows(query("rollout_state_latest"), {"pop": pop})
     if not rows:
         return RolloutState(pop=pop)
-    r = dict(zip(_STATE_COLUMNS, rows[0], strict=True))
+    return _state(rows[0])
+
+
+def rollbacks(store: Store, since_ns: int, until_ns: int) -> list[RolloutState]:
+    """The rollback rows (event rollback or rollback_rejected) of every POP written in
+    [since_ns, until_ns), oldest first: candidate_version is the version that failed its gate,
+    wave_version the one re-published with the stable entries, reason why."""
+    rows = store.query_rows(query("rollout_rollbacks"), {"since_ns": since_ns, "until_ns": until_ns})
+    return [_state(row) for row in rows]
+
+
+def _state(row: Sequence[Any]) -> RolloutState:
+    r = dict(zip(_STATE_COLUMNS, row, strict=True))
     return RolloutState(
         pop=str(r["pop"]),
         phase=str(r["phase"]),
@@ -181,11 +191,11 @@ def save_state(store: Store, state: RolloutState) -> None:
 
 
 def rollout_pops(store: Store) -> list[str]:
-    return sorted(str(r[0]) for r in store.query_rows(sql_files.query("rollout_pops")))
+    return sorted(str(r[0]) for r in store.query_rows(query("rollout_pops")))
 
 
 def known_pops(store: Store) -> list[str]:
-    rows = store.query_rows(sql_files.query("rollout_pops_with_data"))
+    rows = store.query_rows(query("rollout_pops_with_data"))
     return sorted({str(r[0]) for r in rows})
 
 
@@ -205,12 +215,12 @@ def _report(row: Sequence[Any]) -> HostReport:
 
 
 def latest_reports(store: Store, pop: str, since_ns: int) -> dict[str, HostReport]:
-    rows = store.query_rows(sql_files.query("rollout_latest_reports"), {"pop": pop, "since_ns": since_ns})
+    rows = store.query_rows(query("rollout_latest_reports"), {"pop": pop, "since_ns": since_ns})
     return {str(r[0]): _report(r) for r in rows}
 
 
 def reports_since(store: Store, pop: str, since_ns: int) -> list[HostReport]:
-    rows = store.query_rows(sql_files.query("rollout_reports_since"), {"pop": pop, "since_ns": since_ns})
+    rows = store.query_rows(query("rollout_reports_since"), {"pop": pop, "since_ns": since_ns})
     return [_report(r) for r in rows]
 
 
@@ -220,7 +230,7 @@ def p10_window(
     """Samples and p10 delivery rate of the hosts' qualifying flows in [start_ns, end_ns)."""
     if not hosts or end_ns <= start_ns:
         return WindowStats(0, 0.0)
-    sql = sql_files.query("rollout_p10")
+    sql = query("rollout_p10")
     params: dict[str, Any] = {
         "pop": pop,
         "hosts": list(hosts),
@@ -230,11 +240,11 @@ def p10_window(
         "end_s": end_ns // 10**9 + 1,
     }
     if prefixes is None:
-        row = store.query_rows(sql_files.splice(sql, {"prefix_filter": ""}), params)[0]
+        row = store.query_rows(splice(sql, {"prefix_filter": ""}), params)[0]
     else:
         if not prefixes:
             return WindowStats(0, 0.0)
         # the prefixes travel as a data table: the statement does not grow with them
-        sql = sql_files.splice(sql, {"prefix_filter": sql_files.query("rollout_p10_prefix_filter")})
+        sql = splice(sql, {"prefix_filter": query("rollout_p10_prefix_filter")})
         row = store.query_rows_with(sql, {"prefix": ("String", list(prefixes))}, params)[0]
     return WindowStats(_int(row[0]), _float(row[1]))

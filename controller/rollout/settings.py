@@ -1,23 +1,23 @@
-"""Settings of the rollout component: publishing, validation and staged rollout (RolloutConfig),
+"""Settings of the rollout component: publishing, validation and staged rollout (RolloutSettings),
 and the `dyncc control` actions keygen, rollout status|advance and kill-switch.
 
 Each class is a settings table (dyncc_common.settings): the flags, the TOML keys and the docs
 come from its rows.  Building one checks every value that needs no I/O (ConfigError, one
-line); `validation_policy()` and `rollout_settings()` turn a RolloutConfig into what the
-engine takes (the inventory file, when given, is read there).
+line).  The runtime forms take their defaults from RolloutSettings and are built from one:
+`ValidationPolicy.from_settings()` (controller/rollout/validate.py) and
+`RolloutConfig.from_settings()` (controller/rollout/engine.py; `host_lists()` reads the
+inventory file when given); this module imports neither.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from controller.rollout.engine import RolloutSettings
-from controller.rollout.state import GateThresholds
-from controller.rollout.validate import ValidationPolicy, parse_deny
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_pop
 from dyncc_common.settings import (
@@ -36,8 +36,9 @@ __all__ = [
     "KeygenSettings",
     "KillSwitchSettings",
     "RolloutActionSettings",
-    "RolloutConfig",
+    "RolloutSettings",
     "load_inventory",
+    "parse_deny",
     "parse_host_lists",
 ]
 
@@ -102,12 +103,19 @@ def _merge(a: dict[str, list[str]], b: dict[str, list[str]]) -> dict[str, list[s
     return out
 
 
-def _ns(seconds: float) -> int:
-    return int(seconds * 1e9)
+def parse_deny(cidrs: Iterable[str]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """Parse --deny values (non-strict: 198.51.100.7/24 means its /24); ValueError names the bad one."""
+    out = []
+    for text in cidrs:
+        try:
+            out.append(ipaddress.ip_network(text.strip(), strict=False))
+        except ValueError as exc:
+            raise ValueError(f"bad deny range {text!r}: {exc}") from exc
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
-class RolloutConfig(Settings):
+class RolloutSettings(Settings):
     """Publishing, validation and staged-rollout settings of `dyncc control`."""
 
     kafka: str | None = setting(
@@ -185,7 +193,7 @@ class RolloutConfig(Settings):
     )
 
     def __post_init__(self) -> None:
-        """The checks that need no I/O (the inventory file is read by rollout_settings())."""
+        """The checks that need no I/O (the inventory file is read by host_lists())."""
         try:
             parse_deny(self.deny)
         except ValueError as exc:
@@ -209,42 +217,15 @@ class RolloutConfig(Settings):
         parse_host_lists(self.hosts, "--hosts")
         parse_host_lists(self.canary_hosts, "--canary-hosts")
 
-    def validation_policy(self) -> ValidationPolicy:
-        return ValidationPolicy(
-            v4_length=self.v4_length,
-            v6_length=self.v6_length,
-            deny=parse_deny(self.deny),
-            max_per_pop=self.max_per_pop,
-            max_change_fraction=self.max_change_fraction,
-            change_floor=self.change_floor,
-            allowed_algorithms=frozenset(a.strip() for a in self.allowed_algorithms.split(",") if a.strip()),
-        )
-
-    def rollout_settings(self) -> RolloutSettings:
-        """What the engine takes; reads --inventory when given (ConfigError)."""
+    def host_lists(self) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+        """(hosts per POP, canary hosts per POP): --hosts and --canary-hosts, plus --inventory when
+        given (read here: ConfigError)."""
         hosts = parse_host_lists(self.hosts, "--hosts")
         canary = parse_host_lists(self.canary_hosts, "--canary-hosts")
         if self.inventory:
             inv_hosts, inv_canary = load_inventory(Path(self.inventory))
             hosts, canary = _merge(hosts, inv_hosts), _merge(canary, inv_canary)
-        return RolloutSettings(
-            thresholds=GateThresholds(
-                soak_ns=_ns(self.soak),
-                wave_timeout_ns=_ns(self.wave_timeout),
-                min_mem_available=self.min_mem_available,
-                max_load1=self.max_load,
-                max_p10_regression=self.max_p10_regression,
-                min_samples=self.min_samples,
-                baseline_ns=_ns(self.baseline),
-            ),
-            canary_fraction=self.canary_fraction,
-            canary_hosts=canary,
-            inventory=hosts,
-            host_expiry_ns=_ns(self.host_expiry),
-            holddown_ns=_ns(self.holddown),
-            staging=self.staging == "on" or (self.staging == "auto" and bool(self.kafka)),
-            lock=self.lock_cc,
-        )
+        return hosts, canary
 
 
 @dataclasses.dataclass(frozen=True)

@@ -35,6 +35,8 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from controller.rollout.settings import RolloutSettings
+
 SUCCESS_RESULTS = frozenset({"APPLIED", "UNCHANGED"})
 FAILURE_RESULTS = frozenset({"FAILED_ROLLED_BACK", "REFUSED"})
 
@@ -76,15 +78,34 @@ class HostReport:
     received_ns: int = 0
 
 
+def seconds_to_ns(seconds: float) -> int:
+    """A duration setting (seconds) in the nanoseconds the state machine counts."""
+    return int(seconds * 1e9)
+
+
 @dataclass(frozen=True)
 class GateThresholds:
-    soak_ns: int = 600 * 10**9
-    wave_timeout_ns: int = 900 * 10**9
-    min_mem_available: int = 128 * 2**20
-    max_load1: float = 64.0
-    max_p10_regression: float = 0.15
-    min_samples: int = 50
-    baseline_ns: int = 900 * 10**9
+    """The wave gates of RolloutSettings, durations in ns (defaults: the table's)."""
+
+    soak_ns: int = seconds_to_ns(RolloutSettings.soak)
+    wave_timeout_ns: int = seconds_to_ns(RolloutSettings.wave_timeout)
+    min_mem_available: int = RolloutSettings.min_mem_available
+    max_load1: float = RolloutSettings.max_load
+    max_p10_regression: float = RolloutSettings.max_p10_regression
+    min_samples: int = RolloutSettings.min_samples
+    baseline_ns: int = seconds_to_ns(RolloutSettings.baseline)
+
+    @classmethod
+    def from_settings(cls, settings: RolloutSettings) -> GateThresholds:
+        return cls(
+            soak_ns=seconds_to_ns(settings.soak),
+            wave_timeout_ns=seconds_to_ns(settings.wave_timeout),
+            min_mem_available=settings.min_mem_available,
+            max_load1=settings.max_load,
+            max_p10_regression=settings.max_p10_regression,
+            min_samples=settings.min_samples,
+            baseline_ns=seconds_to_ns(settings.baseline),
+        )
 
 
 @dataclass

@@ -46,10 +46,11 @@ import functools
 import ipaddress
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from controller.rollout.generate import diff_entries
+from controller.rollout.settings import RolloutSettings, parse_deny
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -74,16 +75,35 @@ BUILTIN_DENY: tuple[IPNetwork, ...] = tuple(
 MAX_EXAMPLES = 5  # per reason code; the rest are counted
 
 
+def _algorithm_set(names: str) -> frozenset[str]:
+    """--allowed-algorithms "bbr,cubic" -> {"bbr", "cubic"}."""
+    return frozenset(a.strip() for a in names.split(",") if a.strip())
+
+
 @dataclass(frozen=True)
 class ValidationPolicy:
-    v4_length: int = 24
-    v6_length: int = 56
-    deny: tuple[IPNetwork, ...] = ()
-    max_per_pop: int = 5000
-    max_change_fraction: float = 0.5
-    change_floor: int = 200
-    allowed_algorithms: frozenset[str] = frozenset({"bbr", "cubic"})
+    """The validation section of RolloutSettings, in the form validate() takes (defaults: the table's)."""
+
+    v4_length: int = RolloutSettings.v4_length
+    v6_length: int = RolloutSettings.v6_length
+    deny: tuple[IPNetwork, ...] = parse_deny(RolloutSettings.deny)
+    max_per_pop: int = RolloutSettings.max_per_pop
+    max_change_fraction: float = RolloutSettings.max_change_fraction
+    change_floor: int = RolloutSettings.change_floor
+    allowed_algorithms: frozenset[str] = _algorithm_set(RolloutSettings.allowed_algorithms)
     check_change: bool = True
+
+    @classmethod
+    def from_settings(cls, settings: RolloutSettings) -> ValidationPolicy:
+        return cls(
+            v4_length=settings.v4_length,
+            v6_length=settings.v6_length,
+            deny=parse_deny(settings.deny),
+            max_per_pop=settings.max_per_pop,
+            max_change_fraction=settings.max_change_fraction,
+            change_floor=settings.change_floor,
+            allowed_algorithms=_algorithm_set(settings.allowed_algorithms),
+        )
 
     def denied_ranges(self) -> tuple[IPNetwork, ...]:
         return BUILTIN_DENY + self.deny
@@ -115,17 +135,6 @@ class _Reasons:
             if len(details) > MAX_EXAMPLES:
                 out.append(f"{code}: ... and {len(details) - MAX_EXAMPLES} more")
         return out
-
-
-def parse_deny(cidrs: Iterable[str]) -> tuple[IPNetwork, ...]:
-    """Parse --deny values (non-strict: 198.51.100.7/24 means its /24); ValueError names the bad one."""
-    out = []
-    for text in cidrs:
-        try:
-            out.append(ipaddress.ip_network(text.strip(), strict=False))
-        except ValueError as exc:
-            raise ValueError(f"bad deny range {text!r}: {exc}") from exc
-    return tuple(out)
 
 
 def _overlapping(net: IPNetwork, policy: ValidationPolicy) -> IPNetwork | None:

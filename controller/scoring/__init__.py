@@ -1,11 +1,1 @@
 """Per-prefix scoring: queries over the telemetry tables, decisions, desired state, explain."""
-
-__all__ = [
-    "decide",
-    "desired",
-    "explain",
-    "query",
-    "round",
-    "settings",
-    "state",
-]

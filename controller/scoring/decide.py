@@ -40,12 +40,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from controller.evidence.model import BBR, CUBIC, Effect, none
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.evidence.trial import GO_ON, judge, next_arm
 from controller.evidence.trial import KEEP as KEEP_VERDICT
 from controller.scoring.frames import by_pop_prefix, columns_of, frame, pop_bounds, sorting, texts
 from controller.scoring.query import SCORE_COLUMNS
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from schemas.addresses import prefix_family
 
 if TYPE_CHECKING:
@@ -124,10 +124,10 @@ def decide(
     scores: pd.DataFrame,
     previous: pd.DataFrame,
     now: int,
-    cfg: ScoringConfig,
+    cfg: ScoringSettings,
     expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
     refuse: Callable[[str], str | None] | None = None,
-    evidence: EvidenceConfig | None = None,
+    evidence: EvidenceSettings | None = None,
     trial_effects: Mapping[tuple[str, str], Effect] | None = None,
 ) -> pd.DataFrame:
     """Decisions for every scored or stateful prefix; see the module docstring.
@@ -405,7 +405,7 @@ def joined_columns(scores: pd.DataFrame, previous: pd.DataFrame) -> tuple[int, d
 class Texts:
     """The reason texts, each built once per distinct set of values (most prefixes share one)."""
 
-    def __init__(self, cfg: ScoringConfig, now: int, duty: np.ndarray, flap: np.ndarray, counted: np.ndarray) -> None:
+    def __init__(self, cfg: ScoringSettings, now: int, duty: np.ndarray, flap: np.ndarray, counted: np.ndarray) -> None:
         self.cfg = cfg
         self.now = now
         self.duty, self.flap, self.counted = duty, flap, counted

@@ -1,24 +1,36 @@
 """`dyncc control explain`: why a prefix got its decision, for people.
 
-Prints the prefix's bucket timeline (statistic, POP threshold, bad/good), its
-scores against the candidate rules, the decision a round would make now (a dry
-run: nothing is written), and the last decision recorded in `selections`.
+Prints which settings it used, the prefix's bucket timeline (statistic, POP threshold,
+bad/good), its scores against the candidate rules, the decision a round would make now (a
+dry run: nothing is written), and the last decision recorded in `selections`.
 `check_prefix` validates the --prefix argument (before the store is opened).
+
+Settings (`choose_settings`): those the latest round that decided the prefix (at or before
+the time explained) recorded in `round_settings` (controller/scoring/round_settings.py), so a
+store written with other settings (the lab's, the demo's) is explained as its rounds scored
+it; the command line's when the user gave scoring, decision or trial options, or when no
+round recorded settings for the prefix.  The first line after the prefix says which.  A
+prefix the store has nothing of (no decision and no telemetry in the window) is a
+ConfigError (one line, exit 2), not a timeline of empty buckets.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import ipaddress
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from controller.evidence.load import Evidence, stored_trials
-from controller.evidence.settings import EvidenceConfig
-from controller.scoring.query import epoch_seconds, prefix_timeline, refresh, window_for
+from controller.evidence.settings import EvidenceSettings
+from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT
+from controller.scoring.query import Window, epoch_seconds, prefix_timeline, refresh, window_for
 from controller.scoring.round import run_round
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.round_settings import SettingsUnreadable, deciding_round, recorded_settings
+from controller.scoring.settings import ScoringSettings
 from controller.store.sql import query
 from dyncc_common.errors import ConfigError
 from schemas.addresses import mapped_to_ipv4
@@ -27,6 +39,50 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from controller.store import Store
+
+
+COMMAND_LINE = "settings from the command line"
+
+
+@dataclass(frozen=True)
+class ExplainWith:
+    """The settings an explanation uses, and where they came from (the line explain prints)."""
+
+    scoring: ScoringSettings
+    evidence: EvidenceSettings | None = None
+    expire_seconds: int = EXPIRE_SECONDS_DEFAULT
+    source: str = COMMAND_LINE
+
+
+def choose_settings(
+    store: Store, pop: str, prefix: str, now: dt.datetime, command_line: ExplainWith, explicit: bool
+) -> ExplainWith:
+    """The recorded settings of the latest round at or before `now` that decided the prefix, or
+    `command_line` when `explicit` (the user gave scoring options) or when there are none (the
+    source then says why)."""
+    if explicit:
+        return command_line
+    prefix = mapped_to_ipv4(prefix)
+    now = now if now.tzinfo else now.replace(tzinfo=dt.UTC)
+    decided = deciding_round(store, pop, prefix, now)
+    if decided is None:
+        why = f"no round decided {prefix} at POP {pop} by {now.astimezone(dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+        return dataclasses.replace(command_line, source=f"{command_line.source} ({why})")
+    round_id, round_time = decided
+    try:
+        recorded = recorded_settings(store, pop, round_id)
+    except SettingsUnreadable as exc:
+        why = f"the settings round {round_id} recorded are not readable: {exc}"
+        return dataclasses.replace(command_line, source=f"{command_line.source} ({why})")
+    if recorded is None:
+        why = f"round {round_id} at {round_time:%Y-%m-%d %H:%M:%S} UTC recorded no settings"
+        return dataclasses.replace(command_line, source=f"{command_line.source} ({why})")
+    source = f"settings of round {round_id} at {recorded.round_time:%Y-%m-%d %H:%M:%S} UTC"
+    if recorded.round_time < window_for(now, recorded.scoring).start:
+        # e.g. a finished lab's round (its lookback is minutes): the window at `now` holds none of its data
+        at = recorded.round_time.replace(microsecond=0) + dt.timedelta(seconds=recorded.round_time.microsecond > 0)
+        source += f" (older than the window: --at {at:%Y-%m-%dT%H:%M:%SZ} explains it in its own)"
+    return ExplainWith(recorded.scoring, recorded.evidence, recorded.expire_seconds, source)
 
 
 def check_prefix(text: str) -> str:
@@ -98,20 +154,26 @@ def _as_datetime(value: Any) -> dt.datetime:
 
 def explain(
     store: Store,
-    cfg: ScoringConfig,
+    cfg: ScoringSettings,
     pop: str,
     prefix: str,
     now: dt.datetime,
     refuse: Callable[[str], str | None] | None = None,
-    evidence: EvidenceConfig | None = None,
+    evidence: EvidenceSettings | None = None,
+    expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
+    settings_from: str = COMMAND_LINE,
 ) -> str:
-    """The explanation text for one (pop, prefix) at `now` (refuse, evidence: as for run_round)."""
+    """The explanation text for one (pop, prefix) at `now` (refuse, evidence, expire_seconds: as
+    for run_round; `settings_from`: where the settings came from, printed).  ConfigError when the store
+    has nothing of the prefix (require_known_prefix)."""
     prefix = mapped_to_ipv4(prefix)  # an IPv4 client on IPv6 sockets is its IPv4 prefix
     window = window_for(now, cfg)
+    last = require_known_prefix(store, pop, prefix, window)
     rollup = "tcpinfo_5m" if cfg.include_app_limited else "tcpinfo_5m_nal"
     source = f"rollup {rollup}" if cfg.uses_rollup else f"raw tcpinfo, bytes_acked > {cfg.min_bytes}"
     out = [
         f"prefix {prefix} at POP {pop}",
+        settings_from,
         f"window {window.start:%Y-%m-%d %H:%M} - {window.end:%H:%M} UTC: {window.buckets} buckets of "
         f"{cfg.bucket_seconds} s from the {source}",
         f"a bucket counts with >= {cfg.min_samples} qualifying samples"
@@ -119,7 +181,9 @@ def explain(
         f"POP's {cfg.threshold_quantile:.0%} percentile of prefix medians in that bucket",
         "",
     ]
-    result = run_round(store, cfg, now, pop=pop, dry_run=True, refuse=refuse, evidence=evidence)
+    result = run_round(
+        store, cfg, now, pop=pop, dry_run=True, expire_seconds=expire_seconds, refuse=refuse, evidence=evidence
+    )
     keys = refresh(store, cfg, window, pop, result.round_time_ns)
     timeline = prefix_timeline(store, cfg, window, pop, prefix, keys)
     out.extend(format_timeline(timeline, window.start, window.buckets, cfg.bucket_seconds))
@@ -145,13 +209,13 @@ def explain(
             f"(low RTT below {cfg.min_rtt_ms:g} ms)"
         )
         out.append(f"decision now (dry run): {r['decision']} -> {r['algorithm']}: {r['reason']}")
-    out.append(_last_recorded(store, pop, prefix))
-    out.extend(trial_lines(store, cfg, evidence or EvidenceConfig(), pop, prefix, now))
+    out.append(_last_recorded(last))
+    out.extend(trial_lines(store, cfg, evidence or EvidenceSettings(), pop, prefix, now))
     return "\n".join(out)
 
 
 def trial_lines(
-    store: Store, cfg: ScoringConfig, evidence: EvidenceConfig, pop: str, prefix: str, now: dt.datetime
+    store: Store, cfg: ScoringSettings, evidence: EvidenceSettings, pop: str, prefix: str, now: dt.datetime
 ) -> list[str]:
     """The prefix's trials with their effects, from the effect model (the figures its decisions,
     the report and the lab summary show)."""
@@ -176,12 +240,25 @@ def trial_lines(
     return out
 
 
-def _last_recorded(store: Store, pop: str, prefix: str) -> str:
-    rows = store.query_rows(
-        query("scoring_last_decision"),
-        {"pop": pop, "prefix": prefix},
+def require_known_prefix(store: Store, pop: str, prefix: str, window: Window) -> tuple[Any, ...] | None:
+    """The prefix's last recorded decision (None: none); ConfigError when the store has neither a
+    decision nor telemetry of the prefix in the window (a typo, or another POP's prefix)."""
+    rows = store.query_rows(query("scoring_last_decision"), {"pop": pop, "prefix": prefix})
+    if rows:
+        return tuple(rows[0])
+    seen = store.query_rows(
+        query("scoring_prefix_seen"), {"pop": pop, "prefix": prefix, "start": window.start, "end": window.end}
     )
-    if not rows:
+    if not seen or int(seen[0][0]) == 0:
+        raise ConfigError(
+            f"unknown prefix {prefix} at POP {pop}: no decision recorded and no telemetry from "
+            f"{window.start:%Y-%m-%d %H:%M} to {window.end:%Y-%m-%d %H:%M} UTC (check --prefix, --pop and --at)"
+        )
+    return None
+
+
+def _last_recorded(last: tuple[Any, ...] | None) -> str:
+    if last is None:
         return "last recorded decision: none"
-    round_id, round_time, decision, reason = rows[0]
+    round_id, round_time, decision, reason = last
     return f"last recorded decision: {decision} in round {round_id} ({round_time}): {reason}"

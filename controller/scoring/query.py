@@ -34,7 +34,7 @@ import numpy as np
 
 from controller.scoring.flaps import MASK_BUCKETS, flap_ratio, transitions
 from controller.scoring.frames import by_pop_prefix, columns_of, frame
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.store.sql import query, splice, strip_comments, values_list
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def from_epoch(seconds: int) -> dt.datetime:
     return EPOCH + dt.timedelta(seconds=int(seconds))
 
 
-def window_for(now: dt.datetime, cfg: ScoringConfig) -> Window:
+def window_for(now: dt.datetime, cfg: ScoringSettings) -> Window:
     """The window that a round at `now` scores (the bucket in progress is left out)."""
     now_s = epoch_seconds(now)
     end = from_epoch(now_s - now_s % cfg.bucket_seconds)
@@ -86,7 +86,7 @@ class CacheKey:
     version: int
 
 
-def base_params(cfg: ScoringConfig, window: Window, pop: str) -> dict[str, Any]:
+def base_params(cfg: ScoringSettings, window: Window, pop: str) -> dict[str, Any]:
     return {
         "pop": pop,
         "source": cfg.source,
@@ -120,7 +120,7 @@ def _to_datetime(value: Any) -> dt.datetime:
     return ts.to_pydatetime()
 
 
-def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version: int) -> list[CacheKey]:
+def refresh(store: Store, cfg: ScoringSettings, window: Window, pop: str, version: int) -> list[CacheKey]:
     """Bring the scoring_buckets cache up to date for the window; return the current keys.
 
     The newest `RECHECK_BUCKETS` buckets are compared with the source every round
@@ -171,7 +171,7 @@ def refresh(store: Store, cfg: ScoringConfig, window: Window, pop: str, version:
 
 
 def _record_versions(
-    store: Store, cfg: ScoringConfig, keys: list[tuple[str, int]], version: int, samples: list[int]
+    store: Store, cfg: ScoringSettings, keys: list[tuple[str, int]], version: int, samples: list[int]
 ) -> None:
     store.insert_columns(
         "scoring_versions",
@@ -185,7 +185,7 @@ def _record_versions(
     )
 
 
-def _kind(cfg: ScoringConfig) -> str:
+def _kind(cfg: ScoringSettings) -> str:
     """The source of scoring_fresh_*.sql and scoring_refresh_*.sql: tcpinfo_5m, tcpinfo_5m_nal or raw tcpinfo."""
     if not cfg.uses_rollup:
         return "raw"
@@ -211,7 +211,7 @@ def prefixes_sql(keys: list[CacheKey], window: Window) -> str:
     return splice(query(name), {"timeline": timeline_sql(keys)})
 
 
-def score_prefixes(store: Store, cfg: ScoringConfig, window: Window, pop: str, keys: list[CacheKey]) -> pd.DataFrame:
+def score_prefixes(store: Store, cfg: ScoringSettings, window: Window, pop: str, keys: list[CacheKey]) -> pd.DataFrame:
     """One row per (pop, prefix) seen in the window (sql/queries/scoring_prefixes*.sql)."""
     if not keys:
         return normalize_scores(None)
@@ -223,7 +223,7 @@ def score_prefixes(store: Store, cfg: ScoringConfig, window: Window, pop: str, k
 
 
 def prefix_timeline(
-    store: Store, cfg: ScoringConfig, window: Window, pop: str, prefix: str, keys: list[CacheKey]
+    store: Store, cfg: ScoringSettings, window: Window, pop: str, prefix: str, keys: list[CacheKey]
 ) -> pd.DataFrame:
     """The bucket timeline of one prefix: statistic, threshold, counted, bad and its qualifying
     app-limited samples (for explain)."""

@@ -2,9 +2,10 @@
 
 I/O glue around the pure pieces: controller/scoring/query.py (SQL),
 controller/scoring/decide.py (decisions), controller/scoring/state.py
-(selections and round_outcomes tables).  The rollout side takes the
-DesiredState list and answers with a PublishOutcome per POP
-(controller/rollout/publish.py), recorded in round_outcomes.
+(the selections table), controller/scoring/round_settings.py (the round's settings,
+round_settings), controller/store/outcomes.py (round_outcomes).  The
+rollout side takes the DesiredState list and answers with a PublishOutcome per
+POP (controller/rollout/publish.py), recorded in round_outcomes.
 
 Prefixes the caller's `refuse` rule turns down (`dyncc control` passes the
 config validation's per-prefix rule: deny list, built-in ranges, length,
@@ -27,13 +28,15 @@ import numpy as np
 
 from controller.evidence.load import Evidence, Trial
 from controller.evidence.model import BBR, Effect
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT, KEEP, SELECT, TRIAL, PopSummary, decide, summarize
-from controller.scoring.desired import RECORDED, DesiredEntry, DesiredState, PublishOutcome
+from controller.scoring.desired import DesiredEntry, DesiredState
 from controller.scoring.frames import pop_bounds, sort_key, sorting, texts
 from controller.scoring.query import Window, drop_old_cache, epoch_seconds, refresh, score_prefixes, window_for
-from controller.scoring.settings import ScoringConfig
-from controller.scoring.state import load_previous, write_outcomes, write_round
+from controller.scoring.round_settings import write_round_settings
+from controller.scoring.settings import ScoringSettings
+from controller.scoring.state import load_previous, write_round
+from controller.store.outcomes import RECORDED, PublishOutcome, write_outcomes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,6 +58,7 @@ class RoundResult:
     timings: dict[str, float] = field(default_factory=dict)
     written: int = 0
     outcomes: dict[str, PublishOutcome] = field(default_factory=dict)  # per POP, once published
+    publish_error: str = ""  # why the publisher could publish nothing this round ('' = it ran)
 
 
 def new_round_id(now: dt.datetime) -> str:
@@ -107,7 +111,7 @@ def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -
 
 
 def running_trial_effects(
-    store: Store, cfg: ScoringConfig, evidence: EvidenceConfig | None, previous: pd.DataFrame, until: int
+    store: Store, cfg: ScoringSettings, evidence: EvidenceSettings | None, previous: pd.DataFrame, until: int
 ) -> dict[tuple[str, str], Effect]:
     """(pop, prefix) -> the effect of each running trial in `previous` over [its start, until)."""
     if evidence is None or not evidence.trials or previous.empty:
@@ -127,14 +131,14 @@ def running_trial_effects(
 
 def run_round(
     store: Store,
-    cfg: ScoringConfig,
+    cfg: ScoringSettings,
     now: dt.datetime,
     pop: str = "",
     dry_run: bool = False,
     expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
     publishing: bool = False,
     refuse: Callable[[str], str | None] | None = None,
-    evidence: EvidenceConfig | None = None,
+    evidence: EvidenceSettings | None = None,
 ) -> RoundResult:
     """Score every prefix of `pop` ('' = all POPs) at `now`; write selections unless dry_run.
 
@@ -145,8 +149,9 @@ def run_round(
     refuses nothing (scoring does not know the publisher's policy).
     evidence: the effect model's and trials' settings (None: no trials); the running trials'
     effects are read from raw tcpinfo (controller/evidence/load.py) before deciding.
-    Not a dry run: the selections rows and a `recorded` round_outcomes row per POP are
-    written.  The scoring_buckets cache is refreshed even in a dry run (derived data).
+    Not a dry run: the selections rows, a round_settings row (cfg, evidence, expire_seconds)
+    and a `recorded` round_outcomes row per POP are written.  The scoring_buckets cache is
+    refreshed even in a dry run (derived data).
     """
     started = time.perf_counter()
     now = now if now.tzinfo else now.replace(tzinfo=dt.UTC)
@@ -187,6 +192,9 @@ def run_round(
     if not dry_run:
         t = time.perf_counter()
         written = write_round(store, decisions, round_id, round_time_ns)
+        if written:
+            pops = texts(decisions["pop"])
+            write_round_settings(store, pops, round_id, round_time_ns, cfg, evidence, expire_seconds)
         write_outcomes(store, [(s, PublishOutcome(s.pop, RECORDED)) for s in states])
         drop_old_cache(store, window)
         timings["write"] = time.perf_counter() - t

@@ -1,4 +1,4 @@
-"""Tunable definitions of the controller's scoring and decisions: the ScoringConfig settings table.
+"""Tunable definitions of the controller's scoring and decisions: the ScoringSettings settings table.
 
 One frozen settings object (dyncc_common.settings): each field is a row (flag, TOML key,
 default, help) of `dyncc control`, which nests it as a part.  Plain data plus validation,
@@ -14,7 +14,7 @@ from typing import Any
 from dyncc_common.errors import ConfigError
 from dyncc_common.settings import BOOL, DURATION, FLOAT, INT, STR, Settings, setting
 
-__all__ = ["DECISIONS", "ROLLUP_BUCKET_SECONDS", "ROLLUP_MIN_BYTES", "SCORING", "ScoringConfig"]
+__all__ = ["DECISIONS", "ROLLUP_BUCKET_SECONDS", "ROLLUP_MIN_BYTES", "SCORING", "ScoringSettings"]
 
 ROLLUP_BUCKET_SECONDS = 300
 ROLLUP_MIN_BYTES = 102_400  # baked into tcpinfo_5m and tcpinfo_5m_nal (sql/migrations/001, 009)
@@ -37,7 +37,7 @@ def _ms(value: Any) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScoringConfig(Settings):
+class ScoringSettings(Settings):
     """Definitions of the controller's scoring and decisions."""
 
     bucket_seconds: int = setting(

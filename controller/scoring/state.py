@@ -1,10 +1,10 @@
-"""The controller's state: read the previous round, write this one and its publish outcome.
+"""The controller's state: read the previous round, write this one.
 
 Every round writes one `selections` row per scored prefix plus every prefix carrying
 state (on BBR, holdout, cooldown), so the rows of one round are a whole state: which
 prefixes are on BBR since when, holdouts, cooldowns, baselines.  `round_outcomes`
-says per (round, POP) what became of those decisions (controller/scoring/desired.py):
-written `recorded` with the round, then the publisher's answer.
+says per (round, POP) what became of those decisions (controller/store/outcomes.py, its
+vocabulary and writer): written `recorded` with the round, then the publisher's answer.
 
 The previous state of a POP is its latest round up to the round time whose decisions
 are in force: `published` or `unchanged` (and `legacy`, from before outcomes existed).
@@ -17,16 +17,14 @@ round per POP is read, so re-running a round at the same time never doubles a st
 from __future__ import annotations
 
 import datetime as dt
-import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from controller.scoring.decide import ON_BBR, SKIP, STATE_COLUMNS, TRIAL, empty_state
-from controller.scoring.desired import IN_FORCE, KILLED, RECORDED, DesiredState, PublishOutcome
 from controller.scoring.frames import by_pop_prefix, columns_of, frame, texts
-from controller.store import sql as sql_files
+from controller.store.outcomes import IN_FORCE, KILLED, RECORDED
+from controller.store.sql import query, splice, values_list
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,7 +50,7 @@ def latest_rounds(
         "statuses": list(state_statuses(include_recorded)),
         "since": now - dt.timedelta(days=RECENT_DAYS),
     }
-    sql = sql_files.query("round_state_latest")
+    sql = query("scoring_round_state_latest")
     rows = store.query_rows(sql, params)
     if not rows:  # nothing recent (a long outage or a new store): look everywhere, once
         rows = store.query_rows(sql, {**params, "since": EPOCH})
@@ -65,10 +63,10 @@ def load_previous(store: Store, pop: str, now: dt.datetime, include_recorded: bo
     latest = latest_rounds(store, pop, now, include_recorded)
     if not latest:
         return empty_state()
-    keys = sql_files.values_list([(p, r) for p, (r, _, _) in sorted(latest.items())])  # one per POP
+    keys = values_list([(p, r) for p, (r, _, _) in sorted(latest.items())])  # one per POP
     times = [t for _, _, t in latest.values()]
     df = store.query_df(
-        sql_files.splice(sql_files.query("scoring_previous_state"), {"keys": keys}),
+        splice(query("scoring_previous_state"), {"keys": keys}),
         {"lo": _utc(min(times)), "hi": _utc(max(times))},
     )
     columns, _ = by_pop_prefix(columns_of(df, STATE_COLUMNS), unique=True)
@@ -81,29 +79,6 @@ def load_previous(store: Store, pop: str, now: dt.datetime, include_recorded: bo
         out.loc[off, "trial_since"] = 0
         out.loc[off, "baseline_low_rate"] = np.nan
     return out
-
-
-def write_outcomes(store: Store, outcomes: Iterable[tuple[DesiredState, PublishOutcome]]) -> int:
-    """Append one round_outcomes row per (desired state of a round and POP, its outcome)."""
-    rows = list(outcomes)
-    n = len(rows)
-    if n == 0:
-        return 0
-    ns = np.array([state.round_time_ns for state, _ in rows], dtype="uint64")
-    return store.insert_columns(
-        "round_outcomes",
-        {
-            "round_id": [state.round_id for state, _ in rows],
-            "round_time": _datetimes(ns // 1_000_000_000),
-            "round_time_ns": ns,
-            "pop": [state.pop for state, _ in rows],
-            "recorded_ns": np.full(n, time.time_ns(), dtype="uint64"),
-            "status": [o.status for _, o in rows],
-            "version": np.array([o.version for _, o in rows], dtype="uint64"),
-            "prefixes": np.array([len(state.entries) for state, _ in rows], dtype="uint32"),
-            "reason": [o.reason[:1000] for _, o in rows],
-        },
-    )
 
 
 def _ns(when: dt.datetime) -> int:

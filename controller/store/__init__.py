@@ -5,40 +5,49 @@ URL options, operations and error classes are described in base.py.
 Modules: url (StoreURL), base (the Store interface), clickhouse and chdb (the back ends),
 cluster (a sharded, replicated ClickHouse cluster: `clickhouse://…/db?cluster=NAME`),
 topology and cluster_schema (its shape and its schema, pure), native (the Native-protocol
-insert), sql (the .sql files and their templates), migrate, pops (known POPs), cli
-(`dyncc schema`).  This package re-exports the public API.
+insert), sql (the .sql files and their templates), migrate, pops (known POPs), errors
+(ClickHouse error codes -> the store errors), outcomes (the publish-outcome vocabulary and
+the round_outcomes writer), cli (`dyncc schema`).  This package re-exports the public API.
 """
 
 from __future__ import annotations
 
-from controller.store.base import DATA, Column, DataTable, Store
+import os
+
+from controller.store.base import Store
 from controller.store.chdb import ChdbStore
 from controller.store.clickhouse import ClickHouseStore
 from controller.store.cluster import ClusterStore
-from controller.store.url import StoreURL, check_identifier, parse_store_url
+from controller.store.url import parse_store_url
 from dyncc_common.errors import StoreContentError, StoreError, StoreUnavailable
 
+# The API other packages import from here (tests/contract/test_architecture.py: each name is
+# imported by a test); everything else is imported from its module.
 __all__ = [
-    "DATA",
-    "ChdbStore",
     "ClickHouseStore",
     "ClusterStore",
-    "Column",
-    "DataTable",
     "Store",
     "StoreContentError",
     "StoreError",
-    "StoreURL",
     "StoreUnavailable",
-    "check_identifier",
     "open_store",
     "parse_store_url",
 ]
 
 
-def open_store(url: str) -> Store:
-    """Open the store named by `url` (see the module docstring)."""
+def open_store(url: str, *, existing: bool = False) -> Store:
+    """Open the store named by `url` (see the module docstring).
+
+    chDB creates a directory that does not exist (what `dyncc schema apply` wants); a command
+    that only reads a store passes `existing=True`, and such a directory is a StoreError
+    naming it instead of a new, empty store.
+    """
     parsed = parse_store_url(url)
     if parsed.scheme == "clickhouse":
         return ClusterStore(parsed) if parsed.options.get("cluster") else ClickHouseStore(parsed)
+    if existing and not os.path.isdir(parsed.path):
+        raise StoreError(
+            f"no chDB store at {parsed.path}: the directory does not exist (a new store is made by "
+            f"'dyncc schema apply --clickhouse chdb://{parsed.path}')"
+        )
     return ChdbStore(parsed)

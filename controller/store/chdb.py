@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from controller.store import sql as sql_params
 from controller.store.base import (
     DATA,
     BulkColumn,
@@ -24,9 +23,10 @@ from controller.store.base import (
 )
 from controller.store.clickhouse import as_fixed_bytes
 from controller.store.columns import StrColumn
-from controller.store.sql import Version, parse_version
+from controller.store.errors import classify, error_code
+from controller.store.sql import Version, parse_version, render
 from controller.store.url import StoreURL, check_identifier
-from dyncc_common.errors import StoreError, classify, error_code
+from dyncc_common.errors import StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -87,12 +87,12 @@ class ChdbStore(Store):
                 raise chdb_error(exc) from exc
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
-        self._query(sql_params.render(sql, params))
+        self._query(render(sql, params))
 
     def query_df(self, sql: str, params: Mapping[str, Any] | None = None) -> pd.DataFrame:
         import pandas as pd
 
-        result = self._query(sql_params.render(sql, params), "DataFrame")
+        result = self._query(render(sql, params), "DataFrame")
         return result if isinstance(result, pd.DataFrame) else pd.DataFrame(result)
 
     def query_rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
@@ -121,7 +121,7 @@ class ChdbStore(Store):
                 for (name, ch_type), values in zip(structure, columns, strict=True)
             }
         )
-        rendered = sql_params.render(sql.replace(DATA, "Python(_dyncc_data)"), params)
+        rendered = render(sql.replace(DATA, "Python(_dyncc_data)"), params)
         with self._lock:
             try:
                 ChdbStore._session.query(f"USE {self.database}")

@@ -1,4 +1,5 @@
-"""`dyncc schema apply|status`: create the database and apply pending migrations, or list them.
+"""`dyncc schema apply|status`: create the database, apply pending migrations and create or
+replace the views (sql/views), or list the migrations.
 
 The flags come from SchemaSettings (controller/store/settings.py); dyncc/cli.py builds
 the settings and calls run(settings).
@@ -27,7 +28,8 @@ def run(settings: SchemaSettings) -> int:
         nodes = f", {result.nodes} nodes" if result.nodes > 1 else ""
         print(
             f"schema on {store.url.redacted()} (server {result.server_version}{nodes}): "
-            f"applied {len(result.applied)} {result.applied}, already there {len(result.skipped)}"
+            f"applied {len(result.applied)} {result.applied}, already there {len(result.skipped)}; "
+            f"views created or replaced {len(result.views)} {result.views}"
         )
         return 0
     finally:

@@ -1,6 +1,6 @@
 """The ClickHouse server back end of the store (clickhouse-driver, native protocol).
 
-Errors are classified by their server code (dyncc_common.errors.classify); clickhouse-driver is
+Errors are classified by their server code (controller/store/errors.py, classify); clickhouse-driver is
 imported when a store is opened, not at module import."""
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from controller.store import sql as sql_params
 from controller.store.base import DATA, BulkColumn, Column, DataTable, Store, data_columns, one_line, row_count
 from controller.store.columns import plain_columns
-from controller.store.sql import Version, parse_version
+from controller.store.errors import classify
+from controller.store.sql import Version, parse_version, render
 from controller.store.url import StoreURL, check_identifier
-from dyncc_common.errors import StoreError, StoreUnavailable, classify
+from dyncc_common.errors import StoreError, StoreUnavailable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -105,10 +105,10 @@ class ClickHouseStore(Store):
         self._run(self._admin.execute, f"DROP DATABASE IF EXISTS {check_identifier(self.database)}")
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
-        self._run(self._client.execute, sql_params.render(sql, params))
+        self._run(self._client.execute, render(sql, params))
 
     def query_rows(self, sql: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        rows = self._run(self._client.execute, sql_params.render(sql, params), settings={"use_numpy": False})
+        rows = self._run(self._client.execute, render(sql, params), settings={"use_numpy": False})
         return [tuple(r) for r in rows]
 
     def query_rows_with(
@@ -116,14 +116,14 @@ class ClickHouseStore(Store):
     ) -> list[tuple[Any, ...]]:
         structure, columns = data_columns(data)
         table = {"name": "_dyncc_data", "structure": structure, "data": list(zip(*columns, strict=True))}
-        rendered = sql_params.render(sql.replace(DATA, "_dyncc_data"), params)
+        rendered = render(sql.replace(DATA, "_dyncc_data"), params)
         rows = self._run(self._client.execute, rendered, external_tables=[table], settings={"use_numpy": False})
         return [tuple(r) for r in rows]
 
     def query_df(self, sql: str, params: Mapping[str, Any] | None = None) -> pd.DataFrame:
         import pandas as pd
 
-        rendered = sql_params.render(sql, params)
+        rendered = render(sql, params)
         rows, types = self._run(
             self._client.execute,
             rendered,

@@ -58,7 +58,7 @@ class ClusterStore(ClickHouseStore):
 
     def topology(self) -> Topology:
         if self._topology is None:
-            sql = render(query("cluster_topology"), {"cluster": self.cluster})
+            sql = render(query("store_cluster_topology"), {"cluster": self.cluster})
             # the admin connection: the URL's database may not exist yet (schema apply creates it)
             rows = super()._run(self._admin.execute, sql, settings={"use_numpy": False})
             try:

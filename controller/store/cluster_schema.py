@@ -13,6 +13,8 @@ marker expands to nothing.  On a cluster (plan_statement):
                                         them (path /clickhouse/tables/all/<db>/t)
   CREATE MATERIALIZED VIEW v TO t       on every node, in the shard database when t is
                                         sharded (its source must be too), else in <db>
+  CREATE VIEW v AS SELECT ...           on every node, in <db>: it reads the Distributed
+                                        tables there (sql/views, migrate.py apply_views)
   ALTER TABLE t ADD|DROP|MODIFY COLUMN  once per shard (sharded t; replication carries it
                                         to the other replica) plus every node's
                                         Distributed t; once when t is replicated to all
@@ -53,6 +55,7 @@ _CREATE_VIEW = re.compile(
     r"^\s*CREATE\s+MATERIALIZED\s+VIEW\s+IF\s+NOT\s+EXISTS\s+(\w+)\s+TO\s+(\w+)\s+AS\s+(.*)$",
     re.IGNORECASE | re.DOTALL,
 )
+_CREATE_PLAIN_VIEW = re.compile(r"^\s*CREATE\s+VIEW\s+IF\s+NOT\s+EXISTS\s+(\w+)\s+AS\s+SELECT\b", re.IGNORECASE)
 _ALTER = re.compile(r"^\s*ALTER\s+TABLE\s+(\w+)\s+(\w+)", re.IGNORECASE)
 _TRUNCATE = re.compile(r"^\s*TRUNCATE\s+TABLE\s+(?:IF\s+EXISTS\s+)?(\w+)\s*$", re.IGNORECASE)
 _INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)\b", re.IGNORECASE)
@@ -118,6 +121,8 @@ def plan_statement(statement: str, *, database: str, cluster: str, sharded: froz
             return [ClusterStatement("every_node", shard_db, code)]
         if sources & sharded:
             raise ValueError(f"view {view} reads a sharded table but writes {target}, not sharded")
+        return [ClusterStatement("every_node", database, code)]
+    if _CREATE_PLAIN_VIEW.match(code):
         return [ClusterStatement("every_node", database, code)]
     if match := _ALTER.match(code):
         table, verb = match.group(1), match.group(2).upper()

@@ -1,7 +1,7 @@
 """Is a POP named on the command line one the store knows?  (`control --pop`, `explain`,
 `kill-switch`, `report --pop`.)
 
-A POP is known when it has telemetry or a published config (sql/queries/known_pops.sql).
+A POP is known when it has telemetry or a published config (sql/queries/store_known_pops.sql).
 `unknown_pop_message` is the pure check: None for a known POP, else the one-line reason naming
 the known POPs (at most `limit` of them, then how many more).  `require_known_pops` runs the
 one query and raises ConfigError (exit 2) for the first unknown POP.
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from controller.store import sql as sql_files
+from controller.store.sql import query
 from dyncc_common.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def unknown_pop_message(pop: str, known: Sequence[str], limit: int = SHOWN, hint
 
 def known_pops(store: Store) -> list[str]:
     """Every POP with telemetry or a published config, sorted."""
-    return [str(row[0]) for row in store.query_rows(sql_files.query("known_pops"))]
+    return [str(row[0]) for row in store.query_rows(query("store_known_pops"))]
 
 
 def require_known_pops(store: Store, pops: Sequence[str], hint: str = "") -> None:

@@ -25,10 +25,14 @@ splice() fills with other SQL text: another of dyncc's query files (comment line
 strip_comments) or a literal list of values (values_list, bounded by the caller).  The
 slots must equal the parts given, so a typo fails here and not on the server.  One slot
 is never spliced: `{{data}}`, where Store.query_rows_with puts the table of data sent
-along with the query.  Views for Grafana (sql/views) keep Grafana's own
-`$__timeFilter(col)` macro; render_time_filter expands it the way Grafana's ClickHouse
-data source does, so dyncc can run the same files.  `{{...}}` is dyncc's only template
-syntax; %(name)s below is parameter binding, not a template.
+along with the query.  `{{...}}` is dyncc's only template syntax; %(name)s below is
+parameter binding, not a template.
+
+Views.  sql/views/NAME.sql is the SELECT of the plain view NAME that `dyncc schema apply`
+creates (views(); controller/store/migrate.py apply_views), the one place its SQL lives.  A
+view has no time filter and exposes a `time` column; whoever selects from it filters on it,
+Grafana with its `$__timeFilter(time)` macro, which render_time_filter expands the way
+Grafana's ClickHouse data source does (select_view: that query of one view).
 
 Parameters.  ClickHouse 18.16 has no server-side query parameters and chDB takes plain
 text, so both store back ends substitute %(name)s here (render): values are quoted as
@@ -98,6 +102,48 @@ def migrations() -> list[Migration]:
             raise ValueError(f"two migrations with version {version}: {found[version].name}, {path.name}")
         found[version] = Migration(version, match.group(2), path.read_text())
     return [found[v] for v in sorted(found)]
+
+
+@dataclass(frozen=True)
+class View:
+    name: str
+    text: str  # the SELECT, with its comment lines
+
+    @property
+    def select(self) -> str:
+        """The SELECT without its comment lines (what CREATE VIEW ... AS takes)."""
+        return strip_comments(self.text)
+
+
+_VIEW_NAME = re.compile(r"^([a-z][a-z0-9_]*)\.sql$")
+
+
+def views() -> list[View]:
+    """Every sql/views/NAME.sql in name order: the view NAME and its one SELECT statement."""
+    found = []
+    for path in sorted((sql_dir() / "views").glob("*.sql")):
+        match = _VIEW_NAME.match(path.name)
+        if not match:
+            raise ValueError(f"view file name {path.name!r} is not name.sql (lower case, digits, _)")
+        view = View(match.group(1), path.read_text())
+        statements = split_statements(view.text)
+        if len(statements) != 1 or not statements[0].upper().startswith("SELECT"):
+            raise ValueError(f"view file {path.name} must hold one SELECT statement")
+        found.append(view)
+    return found
+
+
+#: ClickHouse 18.16 pushes a filter on a view's columns into the view's SELECT (so the time
+#: filter reaches the tables' keys) only with this setting; chDB does by default
+VIEW_SETTINGS = "SETTINGS enable_optimize_predicate_expression = 1"
+
+
+def select_view(name: str) -> str:
+    """Every row of the view `name` in Grafana's time range (`$__timeFilter(time)`, expanded by
+    render_time_filter), ordered by time: how a client reads the views."""
+    if name not in {view.name for view in views()}:
+        raise ValueError(f"not a dyncc view: {name!r}")
+    return f"SELECT * FROM {name} WHERE $__timeFilter(time) ORDER BY time {VIEW_SETTINGS}"
 
 
 @cache

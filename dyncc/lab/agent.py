@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from collector.agent.apply import Applier
-from collector.agent.bpf_apply import BpfApplier, netns_cookie
-from collector.agent.bpf_build import build_object
-from collector.agent.bpf_prog import BpfProgram, default_cgroup
+from collector.agent.bpf.apply import BpfApplier, netns_cookie
+from collector.agent.bpf.build import build_object
+from collector.agent.bpf.prog import BpfProgram, default_cgroup
 from collector.agent.core import Agent, AgentMetrics
 from collector.agent.kafka import ConfigConsumer, StatusProducer
 from collector.agent.routes import RouteTable

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
-from collector.agent.bpf_build import BpfBuildError, compile_cached
+from collector.agent.bpf.build import BpfBuildError, compile_cached
 
 CLANG = "clang"
 RANDOM_DROP = "random_drop"

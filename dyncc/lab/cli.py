@@ -124,11 +124,13 @@ def run(settings: LabSettings) -> int:
         return cleanup()
     require_lab_host()
     workdir = Path(tempfile.mkdtemp(prefix="dyncc-lab-"))
+    from dyncc.lab.closing import print_closing, store_lines
     from dyncc.lab.run import run_lab
 
-    summary = run_lab(opts, store_url(settings, workdir), workdir, StopFlag(), out=sys.stdout)
-    print(summary.summary_text())
-    print(f"lab files (store, keys, configs, logs): {workdir}")
+    url = store_url(settings, workdir)
+    summary = run_lab(opts, url, workdir, StopFlag(), out=sys.stdout)
+    lines = ["", summary.summary_text(), *store_lines(url, summary.example, at=summary.example_at)]
+    print_closing([*lines, f"lab files (store, keys, configs, logs): {workdir}"])
     result = summary.result
     if result is not None and result.stopped_by:
         return 130

@@ -5,7 +5,7 @@ The round is the controller's own (controller/control/loop.py `Controller`, the 
 clock scaled: the bucket is the lab round; lookback, minimum buckets, minimum hold and cooldown
 are given in buckets; the low-RTT rule is the production one (10 ms: the lab's delay source
 gives every path class but the low-RTT one a longer RTT).  Its Publisher is the lab's
-(controller.rollout.publish, a RolloutConfig in lab seconds, to a directory or to Kafka, on
+(controller.rollout.publish, a RolloutSettings in lab seconds, to a directory or to Kafka, on
 the round's clock), staged when a POP has several edge hosts: the first host of each POP is
 its canary, the rest follow after the (scaled) soak; each edge host's agent
 (dyncc/lab/agent.py) applies what targets it.
@@ -21,11 +21,11 @@ from pathlib import Path
 
 from controller.control.loop import Controller, Metrics
 from controller.control.settings import ControlSettings
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.rollout.publish import Publisher
-from controller.rollout.settings import RolloutConfig
+from controller.rollout.settings import RolloutSettings
 from controller.rollout.signing import keygen
-from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringConfig
+from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringSettings
 from controller.store import Store
 from dyncc.lab.agent import LabAgent
 from dyncc.lab.loop import LabOptions, threshold_for
@@ -54,7 +54,7 @@ class LabControl:
         self,
         store: Store,
         *,
-        scoring: ScoringConfig,
+        scoring: ScoringSettings,
         workdir: Path,
         hosts: dict[str, list[str]] | None = None,
         staged: bool = True,
@@ -62,11 +62,11 @@ class LabControl:
         kafka: str | None = None,
         config_topic: str = "",
         status_topic: str = "",
-        evidence: EvidenceConfig | None = None,
+        evidence: EvidenceSettings | None = None,
     ) -> None:
         self.store = store
         self.scoring = scoring
-        self.evidence = evidence or EvidenceConfig()
+        self.evidence = evidence or EvidenceSettings()
         self.hosts = hosts or {}  # pop -> edge hosts (first = canary)
         self.staged = staged  # canary first where a POP has several hosts (needs their agents' reports)
         self.agents = list(agents)
@@ -132,7 +132,7 @@ class LabControl:
             settings = ControlSettings(
                 scoring=self.scoring,
                 evidence=self.evidence,
-                rollout=self.rollout_config(),
+                rollout=self.rollout_settings(),
                 expire_seconds=EXPIRE_BUCKETS * self.scoring.bucket_seconds,
                 every=float(self.scoring.bucket_seconds),
                 delay=0.0,
@@ -143,11 +143,11 @@ class LabControl:
     def publisher(self) -> Publisher:
         """The lab's Publisher (made once), on the round's clock."""
         if self._publisher is None:
-            cfg = self.rollout_config()
+            cfg = self.rollout_settings()
             self._publisher = Publisher(self.store, cfg, clock=lambda: self._round_ns)
         return self._publisher
 
-    def rollout_config(self) -> RolloutConfig:
+    def rollout_settings(self) -> RolloutSettings:
         """Publisher settings for the lab: staged when a POP has several hosts; durations in lab buckets."""
         b = self.scoring.bucket_seconds
 
@@ -155,7 +155,7 @@ class LabControl:
             return float(max(real_seconds * b // ROLLUP_BUCKET_SECONDS, 1))
 
         staged = self.staged and any(len(h) > 1 for h in self.hosts.values())
-        cfg = RolloutConfig(
+        cfg = RolloutSettings(
             publish_dir=None if self.kafka else self.publish_dir,
             kafka=self.kafka,
             private_key=self.private_key,
@@ -198,7 +198,7 @@ def make_control_factory(workdir: Path) -> Callable[[Store, Topology, LabOptions
         scoring = dataclasses.replace(
             opts.scoring,
             threshold_quantile=opts.scoring.threshold_quantile or threshold_for(topo),
-        ).config(opts.round_seconds)
+        ).scoring_settings(opts.round_seconds)
         config_topic = f"dyncc-lab-{opts.run_id}-configs"
         status_topic = f"dyncc-lab-{opts.run_id}-status"
         hosts = {pop: [e.host for e in topo.edges_of(pop)] for pop in topo.pops}
@@ -210,7 +210,7 @@ def make_control_factory(workdir: Path) -> Callable[[Store, Topology, LabOptions
             kafka=opts.kafka,
             config_topic=config_topic,
             status_topic=status_topic,
-            evidence=opts.scoring.evidence(),
+            evidence=opts.scoring.evidence_settings(),
         )
         control.agents = [
             LabAgent(

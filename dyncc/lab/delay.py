@@ -125,11 +125,6 @@ def parse_map_text(text: str) -> dict[str, float]:
     return out
 
 
-def map_text(delays_ms: Mapping[str, float]) -> str:
-    """The map file form of `delays_ms` (what parse_map_text reads)."""
-    return "".join(f"{net} {float(ms)!r}\n" for net, ms in delays_ms.items())
-
-
 def parse_map_arg(item: str) -> tuple[str, float]:
     net, sep, ms = item.partition("=")
     if not sep:

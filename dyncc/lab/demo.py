@@ -7,8 +7,11 @@ access logs, decisions and trials on the lab's bucket: no replay, no re-scoring)
 per-class summary, whose effect lines are the report's headline.  Without root (or without
 nginx/clang, or with --replay): says why in one line, replays the recorded lab committed in
 demo/ (telemetry and access logs) through the ingest writer and the access-log loader, runs the
-controller's rounds on a 5-minute time base, and prints the per-class summary and writes the
-report, both from that one store.  Ends with the report's path and the store URL.  Every option
+controller's rounds on a 5-minute time base, and writes the report and the per-class summary,
+both from that one store.  Either way it ends with dyncc/lab/closing.py's lines, printed after
+the teardown, the report and a flush of the log (stderr), so no log line follows them: the
+summary (rollbacks included), the report's path, and the store's URL (`chdb://DIR?database=DB`)
+with the `dyncc control explain`, `dyncc report` and SQL commands that open it.  Every option
 is checked (one line, exit 2) before a directory is made or a lab is built: the flags come from DemoSettings
 (dyncc/lab/settings.py); dyncc/cli.py calls run(settings).
 """
@@ -21,19 +24,21 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dyncc.lab.settings import DemoSettings
 from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag, setup_logging
+
+if TYPE_CHECKING:
+    from controller.store import Store
+    from dyncc.lab.run import LabSummary
 
 log = logging.getLogger("dyncc.demo")
 
 
 SETTINGS = DemoSettings
 
-
-STORE_USE = "(open it with dyncc control --clickhouse URL explain, dyncc report --clickhouse URL)"
 MIN_ROUNDS = 8  # selection after 3 buckets, the staged rollout, then some rounds on BBR
 
 
@@ -137,7 +142,7 @@ def _replay_into(recording: Path, workdir: Path, database: str) -> Replayed:
             min_hold_buckets=int(s["min_hold_buckets"]),
             max_new=int(s["max_new"]),
             min_samples=int(s["min_samples"]),
-        ).config(REAL_BUCKET)
+        ).scoring_settings(REAL_BUCKET)
         hosts = {str(pop): [str(h) for h in hs] for pop, hs in dict(meta["pops"]).items()}
         prefixes = {str(p): (str(v[0]), str(v[1])) for p, v in dict(meta["prefixes"]).items()}
     except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -166,11 +171,17 @@ def _asn_file(workdir: Path, meta: dict[str, Any]) -> Path:
     return path
 
 
-def _report(replayed: Replayed, workdir: Path, report_path: Path) -> str:
+def finish(summary: LabSummary, store: Store, url: str, report_path: Path, asn_file: Path, note: str = "") -> int:
+    """The demo's end, live or replayed: write the report from `store` (the run's own), close it,
+    then print the closing lines (dyncc/lab/closing.py: the summary, the report, the store URL and
+    the commands that open it) after flushing the log, so they are the last lines."""
     from controller.report import write_report
+    from dyncc.lab.closing import closing_lines, print_closing
 
-    summary = write_report(replayed.store, report_path, title="dyncc demo", asn_file=_asn_file(workdir, replayed.meta))
-    return summary.line()
+    written = write_report(store, report_path, title="dyncc demo", asn_file=asn_file)
+    store.close()
+    print_closing(closing_lines(summary, written.line(), report_path, url, note))
+    return 0
 
 
 def _replay_demo(recording: Path, workdir: Path, report_path: Path) -> int:
@@ -183,14 +194,13 @@ def _replay_demo(recording: Path, workdir: Path, report_path: Path) -> int:
         f"of {len(replayed.record.hosts)} POPs as {r.dilation.buckets} five-minute rounds "
         "(replay: no edge routes are touched; staged rollout needs live agents, so configs go POP-wide)"
     )
-    print(summarize_run(replayed.record, headline, replayed.store).summary_text())
-    print(_report(replayed, workdir, report_path))
-    print(f"report: {report_path}")
-    print(f"store: {_chdb_url(workdir, 'dyncc_demo')} {STORE_USE}")
-    return 0
+    summary = summarize_run(replayed.record, headline, replayed.store)
+    asn = _asn_file(workdir, replayed.meta)
+    return finish(summary, replayed.store, _chdb_url(workdir, "dyncc_demo"), report_path, asn)
 
 
 def _live_demo(settings: DemoSettings, duration: float, workdir: Path, report_path: Path) -> int:
+    from dyncc.lab.closing import print_closing
     from dyncc.lab.loop import LabOptions
     from dyncc.lab.run import run_lab
 
@@ -205,19 +215,13 @@ def _live_demo(settings: DemoSettings, duration: float, workdir: Path, report_pa
     summary = run_lab(opts, url, workdir / "lab", StopFlag(), out=sys.stdout)
     result = summary.result
     if result is None or result.stopped_by or not result.rounds:
-        print(summary.summary_text())
-        print(f"lab files: {workdir}")
+        print_closing(["", summary.summary_text(), f"lab files: {workdir}"])
         return 130 if result is not None and result.stopped_by else 1
-    from controller.report import write_report
     from controller.store import open_store
     from dyncc.lab.topology import write_asn_file
 
     asn = workdir / "lab-asn.csv"
     write_asn_file(asn, sorted(result.topology.classes().items()))
-    with open_store(url) as store:  # the live run's own store and decisions: no replay, no re-scoring
-        written = write_report(store, report_path, title="dyncc demo", asn_file=asn)
-    print(summary.summary_text())
-    print(written.line())
-    print(f"report: {report_path} (the live run's own telemetry, decisions and trials)")
-    print(f"store: {url} {STORE_USE}")
-    return 0
+    # the live run's own store and decisions: no replay, no re-scoring
+    note = "(the live run's own telemetry, decisions and trials)"
+    return finish(summary, open_store(url), url, report_path, asn, note)

@@ -31,6 +31,7 @@ from dyncc.lab import topology as lab_topology
 from dyncc.lab.model import ControlOutcome, LabScoring, PrefixScore
 from dyncc.lab.pipeline import EdgeSource, TelemetryPipeline
 from dyncc.lab.services import LabServices
+from dyncc.lab.settings import LabSettings
 from dyncc_common.runtime import StopFlag
 
 log = logging.getLogger("dyncc.lab")
@@ -40,16 +41,18 @@ __all__ = ["ControlOutcome", "Lab", "LabOptions", "LabResult", "PrefixScore", "R
 
 @dataclass
 class LabOptions:
-    round_seconds: int = 15
-    rounds: int = 0  # 0: until `duration` (or stopped)
-    duration: float = 0.0  # seconds; 0 with rounds 0: until stopped
-    poll_interval: float = 0.5
+    """What the lab runs (dyncc.lab.cli.options_from_settings builds it; defaults: LabSettings')."""
+
+    round_seconds: int = LabSettings.round_seconds
+    rounds: int = LabSettings.rounds  # 0: until `duration` (or stopped)
+    duration: float = 0.0  # seconds; 0 with rounds 0: until stopped (LabSettings: None)
+    poll_interval: float = LabSettings.poll_interval
     layout: lab_topology.Layout = field(default_factory=lab_topology.Layout)
     scoring: LabScoring = field(default_factory=LabScoring)
-    think_time: float = 3.0  # mean seconds between a client's requests
-    kafka: str | None = None
-    enforce: str = "route"  # the edge agents' enforcement: route or bpf (collector.agent.settings)
-    record: Path | None = None  # telemetry recording; access logs go beside it
+    think_time: float = LabSettings.think_time  # mean seconds between a client's requests
+    kafka: str | None = LabSettings.kafka
+    enforce: str = LabSettings.enforce  # the edge agents' enforcement: route or bpf (collector.agent.settings)
+    record: Path | None = LabSettings.record  # telemetry recording; access logs go beside it
     run_id: str = field(default_factory=lambda: secrets.token_hex(2))
 
     def planned_rounds(self) -> int:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from controller.evidence.settings import EvidenceConfig
-from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringConfig
+from controller.evidence.settings import EvidenceSettings
+from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringSettings
+from dyncc.lab.settings import LabSettings
 
 DAY_BUCKETS = 24 * 3600 // ROLLUP_BUCKET_SECONDS  # one day, in 5-minute buckets
 
@@ -32,31 +33,34 @@ class ControlOutcome:
 
 @dataclasses.dataclass(frozen=True)
 class LabScoring:
-    """The lab's scoring knobs, in buckets (one bucket = one lab round).
+    """The lab's scoring knobs, in buckets (one bucket = one lab round); the defaults of the knobs
+    `dyncc lab` has flags for are LabSettings'.
 
-    threshold_quantile 0: derived from the layout (dyncc.lab.loop.threshold_for)."""
+    threshold_quantile 0 (LabSettings: None): derived from the layout (dyncc.lab.loop.threshold_for)."""
 
-    lookback_buckets: int = 8
-    min_buckets: int = 5
+    lookback_buckets: int = LabSettings.lookback_buckets
+    min_buckets: int = LabSettings.min_buckets
     threshold_quantile: float = 0.0
-    holdout_fraction: float = 0.25
-    min_hold_buckets: int = 8
+    holdout_fraction: float = LabSettings.holdout
+    min_hold_buckets: int = LabSettings.min_hold_buckets
     cooldown_buckets: int = DAY_BUCKETS
-    max_new: int = 40
+    max_new: int = LabSettings.max_new
     min_samples: int = 2
-    trial_blocks: int = 6  # a trial's blocks at most (the controller's default is 8)
+    trial_blocks: int = LabSettings.trial_blocks  # a trial's blocks at most
 
-    def evidence(self) -> EvidenceConfig:
+    def evidence_settings(self) -> EvidenceSettings:
         """The lab's trial settings: the controller's, with `trial_blocks` blocks."""
-        return EvidenceConfig(trial_blocks=self.trial_blocks, trial_min_blocks=min(4, self.trial_blocks))
+        min_blocks = min(EvidenceSettings.trial_min_blocks, self.trial_blocks)
+        return EvidenceSettings(trial_blocks=self.trial_blocks, trial_min_blocks=min_blocks)
 
-    def config(self, bucket_seconds: int) -> ScoringConfig:
-        return ScoringConfig(
+    def scoring_settings(self, bucket_seconds: int) -> ScoringSettings:
+        """The controller's scoring settings with these knobs, a bucket lasting `bucket_seconds`."""
+        return ScoringSettings(
             bucket_seconds=bucket_seconds,
             lookback_seconds=bucket_seconds * self.lookback_buckets,
             min_buckets=self.min_buckets,
             min_samples=self.min_samples,
-            threshold_quantile=self.threshold_quantile or 0.2,
+            threshold_quantile=self.threshold_quantile or ScoringSettings.threshold_quantile,
             holdout_fraction=self.holdout_fraction,
             min_hold_seconds=self.min_hold_buckets * bucket_seconds,
             cooldown_seconds=self.cooldown_buckets * bucket_seconds,

@@ -1,6 +1,6 @@
-"""What a lab run measured, per path class: who was selected, held out, reverted, and the effect of
-BBR on treated prefixes against the holdout's change (pure: rounds + per-bucket statistics in,
-tables out; the queries are sql/queries/lab_*_buckets.sql, run by dyncc/lab/run.py).
+"""What a lab run did, per path class: who was selected, held out and reverted (pure: the run's
+rounds in, per-prefix phases and per-class counts out).  dyncc/lab/run.py adds each class's trial
+outcomes and pooled effects from controller.evidence, the same figures as the report's.
 
 Phases of a prefix, from the run's rounds (round r covers the bucket that ends at its time):
   treated (selected at some round): before = the buckets before its first selection; after =
@@ -8,10 +8,6 @@ Phases of a prefix, from the run's rounds (round r covers the bucket that ends a
     POP-wide promotion of the staged rollout) until it is reverted (or the run ends);
   holdout (of the same POP and class): before = the buckets before it became a holdout;
     after = from the median promotion round of its POP's treated prefixes of its class.
-A prefix's statistic per phase is the median over the phase's buckets of the bucket's p10 (the
-delivery rate of qualifying samples, or the goodput of responses above 100 KB), its samples
-the phase's qualifying samples or requests.  The difference
-in differences and its bootstrap interval come from controller.report.effects.
 """
 
 from __future__ import annotations

@@ -331,23 +331,6 @@ def delay_commands(
     return cmds
 
 
-def delay_teardown_commands(
-    ns: str, devices: Sequence[str], *, tun: str = DELAY_DEV, table: int = DELAY_TABLE, pref: int = DELAY_PREF
-) -> list[Command]:
-    """Undo delay_commands (run each without failing on what is already gone)."""
-    cmds = [
-        _ip(ns, fam, "rule", "del", "iif", dev, "lookup", str(table), "pref", str(pref))
-        for dev in devices
-        for fam in ("-4", "-6")
-    ]
-    return [*cmds, _ip(ns, "tuntap", "del", "dev", tun, "mode", "tun")]
-
-
-def shaping_teardown_commands(ns: str, dev: str) -> list[Command]:
-    """Remove htb (with its classes and filters) and the loss filter from `dev`."""
-    return [_tc(ns, "qdisc", "del", "dev", dev, "root"), _tc(ns, "qdisc", "del", "dev", dev, "clsact")]
-
-
 def delay_map(entries: Sequence[Entry]) -> dict[str, float]:
     """prefix -> delay in ms, for the relay (dyncc.lab.delay)."""
     return {str(_network(p)): entry[1].delay_ms for entry in entries for p in _prefixes(entry)}

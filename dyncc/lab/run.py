@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from controller.evidence.load import Evidence, stored_trials
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.load import Evidence, recorded_bucket, stored_trials
+from controller.evidence.settings import EvidenceSettings
 from controller.evidence.summary import KEEP, REVERT, RUNNING, headline_lines, latest
+from controller.rollout import records as rollout_records
 from controller.scoring.settings import ROLLUP_MIN_BYTES
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
@@ -62,6 +63,9 @@ class LabSummary:
     bbr_others: tuple[int, int] = (0, 0)
     result: LabResult | None = None  # the live run, when there was one
     evidence: list[str] = field(default_factory=list)  # the effect model's headline (as the report's)
+    rollbacks: list[str] | None = None  # one line per rollback of a wave (None: the store was not read)
+    example_at: str = ""  # the last round's time (ISO, UTC): explain's --at for `example`
+    example: tuple[str, str] | None = None  # (POP, prefix) worth an explain: the first trialled
     footer: list[str] = field(default_factory=list)
 
     def summary_text(self) -> str:
@@ -91,6 +95,8 @@ class LabSummary:
         if len(self.reverted) > 6:
             lines.append(f"... and {len(self.reverted) - 6} more reverted")
         lines += [f"rollout {line}" for line in self.rollout]
+        if self.rollbacks is not None:
+            lines += self.rollbacks or ["rollbacks: none (no canary or POP-wide wave was rolled back)"]
         lines.append("bbr routes at the end: " + (", ".join(f"{h} {n}" for h, n in self.routes.items()) or "none"))
         lines.append(
             f"bbr on new sockets: prefixes with a bbr route {_share(self.bbr_routed)}, others {_share(self.bbr_others)}"
@@ -146,7 +152,7 @@ def summarize(result: LabResult, store: Store | None = None) -> LabSummary:
 
 
 def summarize_run(
-    run: RunRecord, headline: str, store: Store | None = None, evidence: EvidenceConfig | None = None
+    run: RunRecord, headline: str, store: Store | None = None, evidence: EvidenceSettings | None = None
 ) -> LabSummary:
     """Per-class outcomes (effects when `store` is given), staged waves, routes and bbr shares."""
     summary = LabSummary(headline)
@@ -157,8 +163,13 @@ def summarize_run(
     summary.reverted = sorted(
         (ph.pop, ph.prefix, ph.reverted_round, ph.reason) for ph in prefix_phases.values() if ph.reverted_round
     )
+    treated = sorted((ph.selected_round, ph.pop, ph.prefix) for ph in prefix_phases.values() if ph.selected_round)
+    if treated:
+        summary.example = treated[0][1:]
+        summary.example_at = f"{dt.datetime.fromtimestamp(run.rounds[-1].end_s, dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
     if store is not None:
-        _evidence(store, summary, run, evidence or EvidenceConfig())
+        _evidence(store, summary, run, evidence or EvidenceSettings())
+        summary.rollbacks = _rollbacks(store, run)
     summary.rollout = _waves(run)
     last = run.rounds[-1].outcome.routes
     summary.routes = {host: sum(1 for cc in routes.values() if cc == "bbr") for host, routes in sorted(last.items())}
@@ -175,13 +186,29 @@ def summarize_run(
     return summary
 
 
-def _evidence(store: Store, summary: LabSummary, run: RunRecord, cfg: EvidenceConfig) -> None:
+def evidence_bucket(store: Store, run: RunRecord) -> int:
+    """The bucket length the summary judges the trials on: what the run's rounds recorded
+    (round_settings, read as the report reads it: controller/evidence/load.py recorded_bucket),
+    else the run's own bucket (run.bucket_s, which the lab's controller records)."""
+    start = dt.datetime.fromtimestamp(run.rounds[0].end_s, dt.UTC)
+    end = dt.datetime.fromtimestamp(run.rounds[-1].end_s + 1, dt.UTC)
+    recorded = recorded_bucket(store, "", start, end)
+    if recorded is None:
+        return run.bucket_s
+    if recorded != run.bucket_s:
+        log.warning(
+            "lab summary: the rounds recorded %d s buckets, the run %d s: using the recorded", recorded, run.bucket_s
+        )
+    return recorded
+
+
+def _evidence(store: Store, summary: LabSummary, run: RunRecord, cfg: EvidenceSettings) -> None:
     """Per class and overall: the trials' pooled effects, from the stored samples and decisions
     (controller/evidence: the same figures as the report and the controller's own decisions)."""
     last = run.rounds[-1].end_s
     try:
         trials = stored_trials(store, dt.datetime.fromtimestamp(last + 1, dt.UTC))
-        ev = Evidence.load(store, cfg, trials, run.bucket_s, last, ROLLUP_MIN_BYTES)
+        ev = Evidence.load(store, cfg, trials, evidence_bucket(store, run), last, ROLLUP_MIN_BYTES)
     except Exception as exc:  # the summary must not fail the run
         log.warning("lab summary: effects not computed: %s", exc)
         return
@@ -195,6 +222,30 @@ def _evidence(store: Store, summary: LabSummary, run: RunRecord, cfg: EvidenceCo
             c.effects["delivery"] = ev.pooled(mine)
             c.effects["goodput"] = ev.pooled(mine, "goodput")
     summary.evidence = headline_lines(ev)
+
+
+def _rollbacks(store: Store, run: RunRecord) -> list[str] | None:
+    """One line per rollback the staged rollout made during the run (controller/rollout/engine.py:
+    a canary that failed its gate, or a POP-wide wave with a failing host), with the round it
+    happened in; None when the store could not say."""
+    since_s = run.rounds[0].end_s - run.bucket_s
+    try:
+        rows = rollout_records.rollbacks(store, since_s * 10**9, (run.rounds[-1].end_s + 1) * 10**9)
+    except Exception as exc:  # the summary must not fail the run
+        log.warning("lab summary: rollbacks not read: %s", exc)
+        return None
+    lines = []
+    for row in rows:
+        at_s = row.updated_ns // 10**9
+        round_no = max((r.round_no for r in run.rounds if r.end_s <= at_s), default=run.rounds[0].round_no)
+        if row.event == "rollback":
+            lines.append(
+                f"rolled back {row.pop} v{row.candidate_version} (round {round_no}): {row.reason}; "
+                f"v{row.wave_version} re-published the stable entries POP-wide"
+            )
+        else:
+            lines.append(f"rollback of {row.pop} v{row.candidate_version} rejected (round {round_no}): {row.reason}")
+    return lines
 
 
 def _waves(run: RunRecord) -> list[str]:

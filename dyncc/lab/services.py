@@ -48,9 +48,9 @@ log = logging.getLogger("dyncc.lab")
 # in some rounds under load; its one client thinks less (THINK_BY_CLASS, a factor on the lab's mean
 # think time) so it makes more transfers, still one at a time: a second client's flow would fill
 # the prefix's queue and a new connection's min_rtt would then include that queue.
-CLIENTS_PER_PREFIX = {"alternating": 3}
+CLIENTS_PER_PREFIX = {"alternating": 3, "lossy": 2, "deep": 2}
 KEEPALIVE = 2
-KEEPALIVE_BY_CLASS = {"alternating": 1}
+KEEPALIVE_BY_CLASS = {"alternating": 1, "lossy": 1, "deep": 1}
 THINK_BY_CLASS = {"lowrtt": 1 / 3}
 
 

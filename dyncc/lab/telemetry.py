@@ -3,7 +3,7 @@
 - `NewSockets`: from each poll's batches, the congestion control of sockets seen
   for the first time (by socket cookie), counted per client prefix;
 - `Recorder` / `read_recording`: a compact telemetry file, gzip of length-delimited
-  TcpInfoBatch records (4-byte big-endian length, as `collect --sink file`), plus
+  TcpInfoBatch records (schemas/framing.py, as `collect --sink file`), plus
   a JSON sidecar describing the run (round length, scoring settings, prefixes);
 - `shift_batch`: move a recorded batch's timestamps (and run id) by an offset, for
   replays that should look like they happened just now.
@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import struct
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from controller.ingest.columns import format_prefix
 from dyncc_common.errors import DynccError
+from schemas import framing
 from schemas.tcpinfo_decode import BatchDecodeError, decode_batch
 from schemas.tcpinfo_pb2 import TcpInfoBatch
-
-_LEN = struct.Struct(">I")
-MAX_RECORD = 64 << 20
 
 
 class NewSockets:
@@ -92,7 +89,7 @@ class Recorder:
 
     def write(self, batches: Iterable[bytes]) -> None:
         for data in batches:
-            self._fh.write(_LEN.pack(len(data)))
+            self._fh.write(framing.header(len(data)))
             self._fh.write(data)
             self.records += 1
 
@@ -117,17 +114,12 @@ def read_recording(path: Path) -> tuple[list[bytes], dict[str, Any]]:
         meta = json.loads(meta_path(path).read_text())
     except (OSError, ValueError) as exc:
         raise RecordingError(f"cannot read {meta_path(path)}: {exc}") from exc
-    return list(iter_records(data)), meta
-
-
-def iter_records(data: bytes) -> Iterator[bytes]:
-    pos, n = 0, len(data)
-    while pos + 4 <= n:
-        (length,) = _LEN.unpack_from(data, pos)
-        if length > MAX_RECORD or pos + 4 + length > n:
-            return
-        yield data[pos + 4 : pos + 4 + length]
-        pos += 4 + length
+    records = []
+    for frame in framing.iter_frames(data):
+        if frame.error:  # the tail of a recording cut short: dropped
+            break
+        records.append(frame.payload)
+    return records, meta
 
 
 def batch_times(data: bytes) -> tuple[int, int]:

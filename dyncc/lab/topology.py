@@ -31,9 +31,10 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dyncc.lab.settings import LabSettings
 from dyncc_common.errors import DynccError
 
 log = logging.getLogger("dyncc.lab")
@@ -117,15 +118,15 @@ class ClientHost:
 
 @dataclass(frozen=True)
 class Layout:
-    """How many prefixes of each class one POP has (the rest of `per_pop` are fine)."""
+    """How many prefixes of each class one POP has (the rest of `per_pop` are fine); defaults: LabSettings'."""
 
-    pops: int = 2
-    hosts_per_pop: int = 2
-    per_pop: int = 64
-    lossy: int = 10
-    deep: int = 6
-    alternating: int = 6
-    lowrtt: int = 4
+    pops: int = LabSettings.pops
+    hosts_per_pop: int = LabSettings.hosts_per_pop
+    per_pop: int = LabSettings.prefixes_per_pop
+    lossy: int = LabSettings.lossy
+    deep: int = LabSettings.deep
+    alternating: int = LabSettings.alternating
+    lowrtt: int = LabSettings.lowrtt
 
     def counts(self) -> dict[str, int]:
         shaped = self.lossy + self.deep + self.alternating + self.lowrtt
@@ -425,10 +426,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def class_counts(topo: Topology) -> Mapping[str, int]:
-    out: dict[str, int] = {}
-    for p in topo.prefixes:
-        out[p.klass] = out.get(p.klass, 0) + 1
-    return out

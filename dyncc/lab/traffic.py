@@ -10,7 +10,7 @@ control of the edge's route to the client's prefix.
 Run inside a namespace as a small process (stdlib only, starts fast):
     python -m dyncc.lab.traffic serve --port 8080
     python -m dyncc.lab.traffic client --server 192.0.2.1 --port 8080 --seed 3
-`TrafficProcs` starts and stops those processes for the lab (never outside its namespaces).
+bench/lab_paths.py starts them inside its namespaces.
 """
 
 from __future__ import annotations
@@ -18,18 +18,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import random
 import signal
 import socket
 import socketserver
 import struct
-import subprocess
 import sys
 import threading
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 log = logging.getLogger("dyncc.lab")
 
@@ -154,53 +151,6 @@ def client(server: str, port: int, seed: int) -> int:
         file=sys.stderr,
     )
     return 0
-
-
-# ------------------------------------------------------------------ processes (lab side)
-
-
-@dataclass
-class TrafficProcs:
-    """The server and client processes of one lab, each inside its namespace."""
-
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-
-    def _spawn(self, ns: str, args: Sequence[str]) -> None:
-        cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "dyncc.lab.traffic", *args]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            env=env,
-        )
-        self.procs.append(proc)
-
-    def start_server(self, ns: str, port: int) -> None:
-        self._spawn(ns, ["serve", "--port", str(port)])
-
-    def start_client(self, ns: str, server: str, port: int, seed: int) -> None:
-        self._spawn(ns, ["client", "--server", server, "--port", str(port), "--seed", str(seed)])
-
-    def exited(self) -> int:
-        """How many of the processes have ended (they should run until stop())."""
-        return sum(1 for p in self.procs if p.poll() is not None)
-
-    def stop(self, timeout: float = 3.0) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for p in self.procs:
-            try:
-                p.wait(max(deadline - time.monotonic(), 0.01))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(2)
-        self.procs.clear()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -75,12 +75,6 @@ def catalogue(copies: int = COPIES) -> list[WebObject]:
     ]
 
 
-def mean_size(objects: Sequence[WebObject]) -> float:
-    """The expected body size of one request (bytes), by the weights."""
-    total = sum(o.weight for o in objects)
-    return sum(o.size * o.weight for o in objects) / total
-
-
 def write_docroot(docroot: Path, objects: Sequence[WebObject]) -> None:
     """Create every object as a sparse file under docroot (world-readable); existing files of the
     right size are kept."""

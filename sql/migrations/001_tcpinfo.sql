@@ -109,7 +109,7 @@ SETTINGS index_granularity = 8192
 {{sharded(halfMD5(concat(pop, '/', prefix)))}};
 
 -- One row per (5-minute bucket, pop, prefix, family) after merges; read it with
--- the -Merge combinators and GROUP BY (see sql/queries/rollup_read.sql).
+-- the -Merge combinators and GROUP BY (see sql/queries/store_rollup_read.sql).
 -- "qualifying" flows are those with bytes_acked > 100 KB (102400 bytes).
 CREATE TABLE IF NOT EXISTS tcpinfo_5m
 (

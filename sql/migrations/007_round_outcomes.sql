@@ -1,7 +1,7 @@
--- 007: what became of each controller round's decisions per POP (owned by the scoring component).
+-- 007: what became of each controller round's decisions per POP (vocabulary and writer: controller/store/outcomes.py).
 
 -- One row per (round, POP) and step: `recorded` when the round writes its `selections`
--- rows, then the publisher's answer (controller/scoring/desired.py): published | unchanged |
+-- rows, then the publisher's answer (controller/store/outcomes.py): published | unchanged |
 -- rejected | publish_failed | held | killed.  The latest row (by recorded_ns) of a round is
 -- its outcome.  A POP's controller state is the `selections` rows of its latest round whose
 -- decisions are in force (published / unchanged), so a rejected or failed round never

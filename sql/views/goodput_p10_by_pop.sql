@@ -1,33 +1,26 @@
--- Grafana panel: Time series (unit: bytes/sec(SI)); one series per POP.
--- $__timeFilter(col) is Grafana's macro, not dyncc's template syntax; dyncc runs this file with it
--- expanded by controller/store/sql.py render_time_filter (as the ClickHouse data source does).
--- APPROXIMATE p10 goodput: bytes_acked / busy_time (µs) of each qualifying flow (> 100 KB) at its
--- last poll, per POP per 5 minutes.  busy_time is the time the socket had data in flight, not
--- what the client waited; HTTP access-log goodput is the true measure.
--- Grafana ClickHouse data source, Format "Time series": long rows (time, pop, p10_goodput).
+-- View goodput_p10_by_pop (created by `dyncc schema apply`; README "Views").
+-- APPROXIMATE p10 goodput (bytes/s) per POP per 5 minutes: bytes_acked / busy_time (µs) of each
+-- qualifying flow (> 100 KB) at its last poll in the bucket (a flow polled in several buckets
+-- counts in each, with what it had acked by then).  busy_time is the time the socket had data in
+-- flight, not what the client waited; HTTP access-log goodput is the true measure.
+-- Columns: time (5-minute bucket start), pop, p10_goodput.
+-- No time filter here: the query adds its own on `time`, e.g. Grafana (Time series, one series
+-- per POP, unit bytes/sec(SI)):
+--   SELECT time, pop, p10_goodput FROM goodput_p10_by_pop WHERE $__timeFilter(time) ORDER BY time, pop
 SELECT
-    t AS time,
+    time,
     pop,
-    p10_goodput
+    quantile(0.1)(goodput) AS p10_goodput
 FROM
 (
     SELECT
-        toStartOfFiveMinute(last_time) AS t,
+        toStartOfFiveMinute(time) AS time,
         pop,
-        quantile(0.1)(goodput) AS p10_goodput
-    FROM
-    (
-        SELECT
-            pop,
-            max(time) AS last_time,
-            argMax(bytes_acked, time_ns) AS acked,
-            argMax(busy_time, time_ns) AS busy,
-            acked * 1000000. / busy AS goodput
-        FROM tcpinfo
-        WHERE $__timeFilter(time)
-        GROUP BY pop, host, netns, cookie, src_addr, dst_addr, src_port, dst_port
-        HAVING acked > 102400 AND busy > 0
-    )
-    GROUP BY t, pop
+        argMax(bytes_acked, time_ns) AS acked,
+        argMax(busy_time, time_ns) AS busy,
+        acked * 1000000. / busy AS goodput
+    FROM tcpinfo
+    GROUP BY time, pop, host, netns, cookie, src_addr, dst_addr, src_port, dst_port
+    HAVING acked > 102400 AND busy > 0
 )
-ORDER BY time, pop
+GROUP BY time, pop

@@ -1,14 +1,17 @@
 """The dependency rule of docs/architecture.md, checked on the code as it is.
 
-The rule is written once, as import-linter contracts in pyproject.toml `[tool.importlinter]`.
-import-linter builds its graph with grimp, which reads every import statement of the four packages,
-including imports inside functions and under `if TYPE_CHECKING:`, so a lazy import cannot hide an
-edge.  This file runs those contracts on the repository, proves that they fail on a forbidden import
-planted in a copy of the tree, and adds the checks an import graph cannot express: the CLI's
-import-by-string table, lazy imports only where start-up time needs them, no private name used
-across modules, `__all__` in every package, no module outside a sub-package, one exception tree
-(every exception class descends from dyncc_common.errors.DynccError), and every module that
-docs/architecture.md names exists.
+The rule is written once, as import-linter contracts in pyproject.toml `[tool.importlinter]`:
+dyncc (the composition roots) above the two independent services collector (edge) and controller
+(central), which share only schemas and dyncc_common.  import-linter builds its graph with grimp,
+which reads every import statement of the five packages, including imports inside functions and
+under `if TYPE_CHECKING:`, so a lazy import cannot hide an edge.  This file runs those contracts on
+the repository, proves that each contract fails on a forbidden import planted in a copy of the
+tree (the controller importing the collector, the collector importing dyncc, ...), and adds the
+checks an import graph cannot express: the CLI's import-by-string table, lazy imports only where
+start-up time needs them, no private name used across modules, `__all__` only as a tested API, no
+module outside a sub-package, one exception tree (every exception class descends from
+dyncc_common.errors.DynccError), every module that docs/architecture.md names exists, and every
+query file is named after the controller package that owns it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,8 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("dyncc", "dyncc_common", "schemas", "collector", "controller")
 # Modules that import other modules of dyncc: the product, the tests, the benchmarks.
 IMPORTERS = (*PACKAGES, "tests", "bench")
-# Entry points: the only modules allowed directly in a top-level package (the `dyncc`
-# entry point and its `--config FILE.toml` helper).
+# Entry points: the only module allowed directly in dyncc/, collector/ or controller/ (the
+# `dyncc` entry point).
 ENTRY_POINTS = {"dyncc.cli"}
 # The subcommand modules not named `cli`: a package's second command (`dyncc demo` in the lab,
 # `dyncc access-log` in ingest).
@@ -40,22 +44,17 @@ SECOND_COMMANDS = {"dyncc.lab.demo", "controller.ingest.access_log_cli"}
 # Where a function-level import of a dyncc module is allowed (docs/architecture.md, "Lazy
 # imports"): the subcommand modules (`*.cli` and SECOND_COMMANDS: argparse first, the work
 # behind it only when it runs), `dyncc collect`'s start path (`collect --once` start-up), and
-# the chDB back end (chDB's cold import takes seconds).
+# the store back ends, which load their driver only when a store of their kind is used: chDB
+# (its cold import takes seconds) and the ClickHouse server's Native insert (store.native loads
+# clickhouse-driver; measured: it would double every store user's import time).
 LAZY_OK_PREFIXES = ("collector.telemetry.",)
-LAZY_OK_MODULES = {"dyncc.cli", "controller.store.chdb", *SECOND_COMMANDS}
+LAZY_OK_MODULES = {"dyncc.cli", "controller.store.chdb", "controller.store.clickhouse", *SECOND_COMMANDS}
 
-# The remaining function-level imports, each with its reason in a comment at the import:
-# store.native loads clickhouse-driver (measured: it would double every store user's import time
-# though only a ClickHouse insert needs it); ingest.settings -> ingest.kafka would be a cycle.
-# Strict both ways: a new offender fails the test, and so does an entry that no longer offends
-# (delete it).  Entries are "path: what", without line numbers.
-PENDING_LAZY = {
-    "controller/ingest/settings.py: kafka_config() imports controller.ingest.kafka",
-    "controller/store/clickhouse.py: prepare_block() imports controller.store.native",
-    "controller/store/clickhouse.py: bulk_insert() imports controller.store.native",
-    "controller/store/clickhouse.py: _native_insert() imports controller.store.native",
-    "controller/store/clickhouse.py: _checkout() imports controller.store.native",
-}
+# Function-level imports outside those places, each to be removed, with its reason in a comment at
+# the import (none left: ingest.settings no longer imports ingest.kafka).  Strict both ways: a new
+# offender fails the test, and so does an entry that no longer offends (delete it, and its line in
+# docs/architecture.md).  Entries are "path: what", without line numbers.
+PENDING_LAZY: set[str] = set()
 PENDING_PRIVATE: set[str] = set()
 
 
@@ -69,14 +68,16 @@ def check_against_pending(found: list[str], pending: set[str], what: str) -> Non
     assert not stale, f"fixed, so delete from the pending list of {what}:\n" + "\n".join(stale)
 
 
-def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
-    """Run the repository's import-linter contracts on the packages under `tree`."""
+def lint_imports(tree: Path, contract: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the import-linter contracts of `tree`/pyproject.toml on the packages under `tree`
+    (only the contract with id `contract` when given)."""
     tool = Path(sys.executable).with_name("lint-imports")
     if not tool.exists():
         pytest.fail(f"{tool} is missing: install the dev extras (pip install -e '.[dev]')")
     env = {**os.environ, "PYTHONPATH": str(tree)}
+    only = ["--contract", contract] if contract else []
     return subprocess.run(
-        [str(tool), "--config", str(tree / "pyproject.toml"), "--no-cache", "--no-logo"],
+        [str(tool), "--config", str(tree / "pyproject.toml"), "--no-cache", "--no-logo", *only],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -92,53 +93,127 @@ def test_the_import_contracts_hold() -> None:
     assert "0 broken" in result.stdout, result.stdout
 
 
-@pytest.mark.parametrize(
-    ("module", "planted", "edge"),
-    [
-        # the edge imports the centre (module level)
-        (
-            "collector/telemetry/poller.py",
-            "import controller.store\n",
-            "collector.telemetry.poller -> controller.store",
-        ),
-        # `dyncc collect` reaches into `dyncc agent`, from inside a function
-        (
-            "collector/telemetry/runner.py",
-            "def _planted() -> None:\n    import collector.agent.core\n",
-            "collector.telemetry.runner -> collector.agent.core",
-        ),
-        # the contract imports the store, under TYPE_CHECKING
-        (
-            "schemas/signing.py",
-            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import controller.store\n",
-            "schemas.signing -> controller.store",
-        ),
-        # a central package other than cli and lab imports the edge
-        (
-            "controller/report/data.py",
-            "import collector.telemetry.filters\n",
-            "controller.report.data -> collector.telemetry.filters",
-        ),
-        # rollout reads more of scoring than the desired state
-        (
-            "controller/rollout/engine.py",
-            "import controller.scoring.query\n",
-            "controller.rollout.engine -> controller.scoring.query",
-        ),
-    ],
-)
-def test_a_planted_forbidden_import_fails_the_contracts(tmp_path: Path, module: str, planted: str, edge: str) -> None:
+def contract_ids() -> set[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return {contract["id"] for contract in config["contracts"]}
+
+
+# (contract id, module of the copy, the import planted at its end, the edge import-linter names).
+# At module level, inside a function and under TYPE_CHECKING: grimp sees all three.
+PLANTED = [
+    # top: the composition roots above the services, the contract and the plumbing at the bottom
+    ("top", "collector/agent/core.py", "import dyncc.cli\n", "collector.agent.core -> dyncc.cli"),
+    (
+        "top",
+        "controller/control/loop.py",
+        "def _planted() -> None:\n    import dyncc.lab.run\n",
+        "controller.control.loop -> dyncc.lab.run",
+    ),
+    (
+        "top",
+        "schemas/signing.py",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import controller.store\n",
+        "schemas.signing -> controller.store",
+    ),
+    ("top", "dyncc_common/files.py", "import schemas.addresses\n", "dyncc_common.files -> schemas.addresses"),
+    # services-independent: the edge and the centre never import each other, either way
+    (
+        "services-independent",
+        "controller/report/data.py",
+        "import collector.telemetry.filters\n",
+        "controller.report.data -> collector.telemetry.filters",
+    ),
+    (
+        "services-independent",
+        "collector/telemetry/poller.py",
+        "def _planted() -> None:\n    import controller.store\n",
+        "collector.telemetry.poller -> controller.store",
+    ),
+    # dyncc: the lab never reaches up into the entry point
+    ("dyncc", "dyncc/lab/run.py", "import dyncc.cli\n", "dyncc.lab.run -> dyncc.cli"),
+    # collector: the kernel ABI imports nothing above it
+    (
+        "collector",
+        "collector/netlink/rtnetlink.py",
+        "import collector.agent.plan\n",
+        "collector.netlink.rtnetlink -> collector.agent.plan",
+    ),
+    # `dyncc collect` reaches into `dyncc agent`, from inside a function
+    (
+        "edge-commands-independent",
+        "collector/telemetry/runner.py",
+        "def _planted() -> None:\n    import collector.agent.core\n",
+        "collector.telemetry.runner -> collector.agent.core",
+    ),
+    (
+        "netlink-abi-only",
+        "collector/netlink/abi.py",
+        "import schemas.tcpinfo_columns\n",
+        "collector.netlink.abi -> schemas.tcpinfo_columns",
+    ),
+    # controller: the store imports nothing above it
+    (
+        "controller",
+        "controller/store/url.py",
+        "import controller.evidence\n",
+        "controller.store.url -> controller.evidence",
+    ),
+    # rollout reads more of scoring than the desired state
+    (
+        "rollout-desired-only",
+        "controller/rollout/engine.py",
+        "import controller.scoring.query\n",
+        "controller.rollout.engine -> controller.scoring.query",
+    ),
+    (
+        "control-scope",
+        "controller/control/loop.py",
+        "import controller.report.data\n",
+        "controller.control.loop -> controller.report.data",
+    ),
+]
+
+
+def test_every_contract_has_a_planted_violation() -> None:
+    """Each contract of pyproject.toml is shown to fail below (and names no contract that is gone)."""
+    assert {contract for contract, *_ in PLANTED} == contract_ids()
+
+
+@pytest.fixture(scope="module")
+def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the five packages' modules and pyproject.toml, made once; each case plants its
+    import in one module and restores it afterwards."""
+    tree = tmp_path_factory.mktemp("tree")
     for package in PACKAGES:
-        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    target = tmp_path / module
-    target.write_text(target.read_text() + "\n\n" + planted)
+        shutil.copytree(
+            ROOT / package, tree / package, ignore=shutil.ignore_patterns("__pycache__", "*.c", "*.proto", "*.pyi")
+        )
+    shutil.copy(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    return tree
 
-    result = lint_imports(tmp_path)
 
-    assert result.returncode != 0, result.stdout
+@pytest.mark.parametrize(("contract", "module", "planted", "edge"), PLANTED)
+def test_a_planted_forbidden_import_breaks_its_contract(
+    tree_copy: Path, contract: str, module: str, planted: str, edge: str
+) -> None:
+    target = tree_copy / module
+    original = target.read_text()
+    target.write_text(original + "\n\n" + planted)
+    try:
+        result = lint_imports(tree_copy, contract)
+    finally:
+        target.write_text(original)
+
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert "0 kept, 1 broken" in result.stdout, result.stdout + result.stderr
     # The planted edge exists only in the copy: naming it shows the copy was the tree checked.
     assert edge in result.stdout, result.stdout
+
+
+def test_the_copy_keeps_every_contract(tree_copy: Path) -> None:
+    """Without a planted import the copy passes: the failures above come from the plants."""
+    result = lint_imports(tree_copy)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # ---- checks an import graph cannot express ---------------------------------------------------
@@ -238,6 +313,19 @@ def _bound_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def _assigns_all(tree: ast.Module) -> bool:
+    """Whether the module binds `__all__` at its top level (in any form)."""
+    for node in tree.body:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+            return True
+    return False
+
+
 def _declared_all(tree: ast.Module) -> list[str] | None:
     """The names of a module-level `__all__` written as a literal list or tuple of strings."""
     for node in tree.body:
@@ -256,35 +344,108 @@ def _declared_all(tree: ast.Module) -> list[str] | None:
     return None
 
 
-def test_every_package_declares_its_public_names() -> None:
-    """Each package `__init__` has a literal `__all__`, and each name in it exists there.
+def _dotted(node: ast.expr) -> str | None:
+    """`a.b.c` of a chain of attributes on a name, else None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.insert(0, node.attr)
+        node = node.value
+    return ".".join([node.id, *parts]) if isinstance(node, ast.Name) else None
 
-    A name may also be a submodule, or be provided by a PEP 562 `__getattr__` (used where the
-    package must stay light to import).
+
+def imported_names(roots: tuple[str, ...]) -> set[tuple[str, str]]:
+    """(module, name) of every `from module import name` under `roots`, and of every
+    `module.name` reached through an `import module [as alias]`."""
+    found: set[tuple[str, str]] = set()
+    for importer, _, tree in _modules(roots):
+        bound: dict[str, str] = {}  # local name -> the module (or top-level package) it is
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _absolute(importer, node)
+                found.update((source, alias.name) for alias in node.names)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    local = alias.asname or alias.name.split(".")[0]
+                    bound[local] = alias.name if alias.asname else local
+        for node in ast.walk(tree):
+            dotted = _dotted(node) if isinstance(node, ast.Attribute) else None
+            if dotted is None or dotted.split(".")[0] not in bound:
+                continue
+            head, _, rest = dotted.partition(".")
+            module, _, name = f"{bound[head]}.{rest}".rpartition(".")
+            found.add((module, name))
+    return found
+
+
+def package_export_problems(packages: tuple[str, ...], tests: tuple[str, ...]) -> list[str]:
+    """What is wrong with the `__all__` of the package `__init__`s under `packages`.
+
+    A package declares `__all__` only for an API other code imports from the package itself
+    (controller.store, controller.report): a literal list, each name defined in the `__init__`
+    (or by its PEP 562 `__getattr__`, where the package must stay light to import), none a mere
+    sub-module, and each imported by a test under `tests` (`from package import name` or
+    `package.name`), as httpx tests its exports.  A package without such an API has no `__all__`.
     """
     problems = []
-    for module, path, tree in _modules(PACKAGES):
-        if path.name != "__init__.py":
+    tested = imported_names(tests)
+    for module, path, tree in _modules(packages):
+        if path.name != "__init__.py" or not _assigns_all(tree):
             continue
+        where = path.relative_to(ROOT)
         exported = _declared_all(tree)
         if exported is None:
-            problems.append(f"{path.relative_to(ROOT)}: no literal __all__")
+            problems.append(f"{where}: __all__ is not a literal list of names")
             continue
         bound = _bound_names(tree)
         lazy = "__getattr__" in bound
         for name in exported:
-            if name not in bound and not _is_module(f"{module}.{name}") and not lazy:
-                problems.append(f"{path.relative_to(ROOT)}: __all__ names {name!r}, which it does not define")
+            if name not in bound and _is_module(f"{module}.{name}"):
+                problems.append(f"{where}: __all__ names the sub-module {name!r} (list an API, or drop __all__)")
+            elif name not in bound and not lazy:
+                problems.append(f"{where}: __all__ names {name!r}, which it does not define")
+            elif (module, name) not in tested:
+                problems.append(f"{where}: __all__ names {name!r}, which no test imports from {module}")
+    return problems
+
+
+def test_every_package_all_is_a_tested_api() -> None:
+    problems = package_export_problems(PACKAGES, ("tests",))
     assert not problems, "\n".join(problems)
+
+
+def test_the_export_check_finds_bad_exports(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check above can fail: a name not defined, a sub-module, an export no test imports and a
+    computed `__all__` are reported; a package without `__all__`, and exports a test imports
+    (by name, or as an attribute of the imported package), are not."""
+    files = {
+        "pkg/__init__.py": "from pkg.impl import other, thing, used\n"
+        "__all__ = ['thing', 'used', 'other', 'missing', 'sub']\n",
+        "pkg/impl.py": "def thing() -> None: ...\ndef other() -> None: ...\ndef used() -> None: ...\n",
+        "pkg/sub.py": "",
+        "pkg/computed/__init__.py": "__all__ = sorted(['a'])\na = 1\n",
+        "pkg/plain/__init__.py": '"""No API: no __all__."""\n',
+        "tests/__init__.py": "",
+        "tests/test_pkg.py": "import pkg as p\nfrom pkg import thing\n\ndef test() -> None:\n    p.used()\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert package_export_problems(("pkg",), ("tests",)) == [
+        "pkg/__init__.py: __all__ names 'other', which no test imports from pkg",
+        "pkg/__init__.py: __all__ names 'missing', which it does not define",
+        "pkg/__init__.py: __all__ names the sub-module 'sub' (list an API, or drop __all__)",
+        "pkg/computed/__init__.py: __all__ is not a literal list of names",
+    ]
 
 
 def test_no_module_sits_outside_a_sub_package() -> None:
     loose = [
         module
-        for module, path, _ in _modules(("collector", "controller"))
+        for module, path, _ in _modules(("dyncc", "collector", "controller"))
         if module.count(".") == 1 and path.name != "__init__.py" and module not in ENTRY_POINTS
     ]
-    assert not loose, f"modules directly in collector/ or controller/ (move them into a sub-package): {loose}"
+    assert not loose, f"modules directly in dyncc/, collector/ or controller/ (move them into a sub-package): {loose}"
 
 
 def test_the_cli_loads_only_subcommand_modules() -> None:
@@ -467,3 +628,23 @@ def test_the_pending_lists_are_strict() -> None:
         check_against_pending(["a/b.py:3 f() imports c.d", "a/b.py:4 g() imports c.e"], pending, "x")
     with pytest.raises(AssertionError, match="delete"):
         check_against_pending([], pending, "x")
+
+
+# ---- sql/queries: each file is named after the controller package that owns it ---------------
+
+# docs/architecture.md ("Which module handles…", a query's SQL) lists these prefixes.
+QUERY_PREFIXES = ("store_", "ingest_", "evidence_", "scoring_", "rollout_", "report_")
+
+
+def test_every_query_file_is_named_after_its_package() -> None:
+    names = sorted(path.name for path in (ROOT / "sql" / "queries").glob("*.sql"))
+    assert names, "sql/queries holds no query"
+    stray = [name for name in names if not name.startswith(QUERY_PREFIXES)]
+    assert not stray, f"sql/queries files without a package prefix {QUERY_PREFIXES}: {stray}"
+    for prefix in QUERY_PREFIXES:
+        assert (ROOT / "controller" / prefix.rstrip("_")).is_dir(), f"{prefix}: no such controller package"
+
+
+def test_docs_architecture_lists_the_query_prefixes() -> None:
+    row = next(line for line in ARCHITECTURE.read_text().splitlines() if line.startswith("| a query's SQL |"))
+    assert set(re.findall(r"`([a-z]+_)`", row)) == set(QUERY_PREFIXES), row

@@ -75,7 +75,7 @@ def test_wheel_ships_sql_and_the_loader_finds_it(tmp_path: Path) -> None:
         "import controller, controller.store.sql as s\n"
         "print(controller.__file__)\n"
         "print(s.sql_dir())\n"
-        "print(len(s.migrations()), len(s.query('known_pops')) > 0)\n"
+        "print(len(s.migrations()), len(s.query('store_known_pops')) > 0)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "DYNCC_SQL_DIR"}
     env["PYTHONPATH"] = str(tmp_path / "site")
@@ -91,10 +91,10 @@ def test_wheel_ships_sql_and_the_loader_finds_it(tmp_path: Path) -> None:
 
 
 def test_dev_tree_uses_the_repository_sql_and_the_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from controller.store import sql
+    from controller.store.sql import sql_dir
 
     monkeypatch.delenv("DYNCC_SQL_DIR", raising=False)
-    assert sql.sql_dir() == REPO / "sql"
+    assert sql_dir() == REPO / "sql"
     (tmp_path / "migrations").mkdir()
     monkeypatch.setenv("DYNCC_SQL_DIR", str(tmp_path))
-    assert sql.sql_dir() == tmp_path
+    assert sql_dir() == tmp_path

@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 
 from controller.store import Store, open_store
-from controller.store import sql as sql_files
-from controller.store import sql as sql_template
 from controller.store.migrate import apply_migrations
+from controller.store.sql import LOWCARD_SINCE, migrations, query
 from dyncc.cli import main as cli_main
 
 EXPECTED_TABLES = {
@@ -55,7 +54,7 @@ def test_schema_apply_twice_is_idempotent(store_url: str, tmp_path: Path) -> Non
         tables = {r[0] for r in store.query_rows("SELECT name FROM system.tables WHERE database = currentDatabase()")}
         assert tables >= EXPECTED_TABLES
         versions = [r[0] for r in store.query_rows("SELECT version FROM schema_migrations ORDER BY version")]
-        assert versions == [m.version for m in sql_files.migrations()]
+        assert versions == [m.version for m in migrations()]
     finally:
         store.close()
 
@@ -64,11 +63,11 @@ def test_schema_apply_in_process_both_backends(store: Store) -> None:
     tables = {r[0] for r in store.query_rows("SELECT name FROM system.tables WHERE database = currentDatabase()")}
     assert tables >= EXPECTED_TABLES
     again = apply_migrations(store)
-    assert again.applied == [] and again.skipped == [m.version for m in sql_files.migrations()]
+    assert again.applied == [] and again.skipped == [m.version for m in migrations()]
     create = store.query_rows(
         "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'tcpinfo'"
     )[0][0]
-    if store.version() >= sql_template.LOWCARD_SINCE:
+    if store.version() >= LOWCARD_SINCE:
         assert "LowCardinality(String)" in create and "CODEC(" in create
     else:
         assert "LowCardinality" not in create and "CODEC" not in create
@@ -106,7 +105,7 @@ def test_rollup_view_quantiles_and_counts(store: Store) -> None:
     all_acked = np.concatenate([acked, acked2])
     qual = all_rates[all_acked > 102400]
     df = store.query_df(
-        sql_files.query("rollup_read"),
+        query("store_rollup_read"),
         {
             "pop": "lax",
             "start": start,
@@ -169,3 +168,58 @@ def test_ttl_on_by_default_and_off_by_option(chdb_dir: object) -> None:
             "SELECT create_table_query FROM system.tables WHERE database = currentDatabase() AND name = 'tcpinfo'"
         )[0][0]
         assert ("TTL" in create) is expect_ttl
+
+
+ROUND_SETTINGS_COLUMNS = [
+    ("round_id", "String"),
+    ("round_time", "DateTime"),
+    ("round_time_ns", "UInt64"),
+    ("pop", "String"),
+    ("bucket_seconds", "UInt32"),
+    ("lookback_seconds", "UInt32"),
+    ("expire_seconds", "UInt32"),
+    ("scoring", "String"),
+    ("evidence", "String"),
+    ("dyncc_version", "String"),
+]
+
+
+def test_migration_011_creates_round_settings_on_an_upgraded_store(store_url: str) -> None:
+    """011 is create-only (one CREATE TABLE IF NOT EXISTS, no ALTER: 18.16 has no ADD COLUMN IF NOT
+    EXISTS): a store at 010 gets the table, a second apply changes nothing, both back ends."""
+    from controller.store.sql import split_statements
+
+    migration = next(m for m in migrations() if m.version == 11)
+    assert migration.name == "round_settings"
+    statements = split_statements(migration.text)
+    assert len(statements) == 1 and statements[0].startswith("CREATE TABLE IF NOT EXISTS round_settings")
+    store = open_store(store_url)
+    try:
+        apply_migrations(store, [m for m in migrations() if m.version < 11])
+        assert not store.table_exists("round_settings")
+        assert 11 in apply_migrations(store).applied
+        assert store.table_exists("round_settings")
+        assert apply_migrations(store).applied == []
+        rows = store.query_rows(
+            "SELECT name, type FROM system.columns WHERE database = currentDatabase() AND table = 'round_settings'"
+        )
+        lowcard = "LowCardinality(String)" if store.version() >= LOWCARD_SINCE else "String"
+        expected = {n: lowcard if n == "pop" else t for n, t in ROUND_SETTINGS_COLUMNS}
+        assert {str(n): str(t) for n, t in rows} == expected
+    finally:
+        store.close()
+
+
+def test_migration_011_on_a_cluster_is_replicated_to_every_node() -> None:
+    """The cluster form of 011 (pure; the cluster itself: tests/controller/cluster): like
+    `selections`, one replicated table on every node, not sharded."""
+    from controller.store.cluster_schema import plan_statement, sharded_tables
+    from controller.store.sql import split_statements
+
+    migration = next(m for m in migrations() if m.version == 11)
+    sharded = sharded_tables(m.text for m in migrations())
+    assert "round_settings" not in sharded
+    (statement,) = split_statements(migration.text)
+    steps = plan_statement(statement, database="d", cluster="c", sharded=sharded)
+    assert [(s.where, s.database) for s in steps] == [("every_node", "d")]
+    assert "ENGINE = ReplicatedMergeTree('/clickhouse/tables/all/d/round_settings', '{replica}')" in steps[0].sql

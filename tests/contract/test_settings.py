@@ -253,6 +253,17 @@ ADDED_SINCE = {
     "agent --bpf-pin-dir: a new option",
     "agent --bpf-object: a new option",
     "lab --enforce: a new option",
+} | {
+    # explain takes the scoring, decision and trial options after its name too: given, they replace
+    # the settings the round that decided the prefix recorded (round_settings, sql/migrations/011)
+    f"control explain {flag}: a new option"
+    for flag in (
+        *("--bucket", "--lookback", "--min-bytes", "--include-app-limited", "--min-bucket-samples"),
+        *("--threshold-quantile", "--min-buckets", "--min-duty", "--max-flap", "--min-rtt", "--holdout"),
+        *("--min-hold", "--cooldown", "--revert-margin", "--max-bbr-per-pop", "--max-new", "--algorithm"),
+        *("--effect-level", "--purity", "--min-arm-samples", "--min-arm-buckets", "--trial-blocks"),
+        *("--trial-min-blocks", "--trial-block-rounds", "--trial-at-limit", "--trial-max-rounds", "--expire"),
+    )
 }
 
 

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from schemas.tcpinfo_columns import ADDRESS_COLUMNS, COLUMN_DTYPES, COLUMNS, SCHEMA_VERSION
 from schemas.tcpinfo_decode import BatchDecodeError, decode_all, decode_batch, scan_batch
-from schemas.tcpinfo_encode import BatchHeader, encode_batches, encode_varint
+from schemas.tcpinfo_encode import BatchHeader, encode_varint
 from schemas.tcpinfo_pb2 import TcpInfoBatch
+from tests.support.tcpinfo_batches import encode_batches
 
 
 def random_columns(rng: np.random.Generator, rows: int) -> dict[str, np.ndarray]:

@@ -4,16 +4,20 @@ One row per bad invocation of `dyncc` (collect, agent, ingest, control and its a
 demo, lab, schema): argv, and a fragment the one line must contain (the option or value at
 fault, so a row cannot pass for the wrong reason, e.g. "store unreachable" when the option was
 never checked; None for outages whose wording is not the point).  Each row runs `dyncc` in a
-subprocess with a timeout.
+subprocess with a timeout.  A few rows are not bad input: `--version` (its one line on stdout,
+exit 0) and a `control --once` round that ran and could not publish (exit 1, as its --help
+says; it logs as it goes, so its needle is in the last stderr line).
 
 Safety: every server a row names is unreachable (127.0.0.1 port 1) or an embedded chDB
-directory in the test's temp dir; PATH holds no tools, so a lab or demo row that wrongly passes
-validation cannot build namespaces (it fails on the missing iproute2 instead).
+directory in the test's temp dir (`{store}`: a schema and telemetry of POP lax, made once per
+module); PATH holds no tools, so a lab or demo row that wrongly passes validation cannot build
+namespaces (it fails on the missing iproute2 instead).
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib.metadata
 import ipaddress
 import os
 import signal
@@ -34,6 +38,7 @@ from dyncc_common.names import POP_NAME, check_brokers, check_pop
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 10.0  # seconds a row may take
+STORE_TIMEOUT = 60.0  # a row that opens a chDB store (loading chDB is slow on a busy machine)
 CH = "clickhouse://default:@127.0.0.1:1/default"  # nothing listens on port 1
 KF = "127.0.0.1:1"
 BAD_POP = "a/../b"
@@ -44,14 +49,19 @@ class Row:
     argv: tuple[str, ...]
     needle: str | None  # must appear in the one stderr line
     code: int = 2  # bad input is 2; a run that started and failed (nothing delivered) is 1
+    stdout: bool = False  # the needle is the one line on stdout, and stderr is empty (--version)
+    logs: bool = False  # a run that logs as it goes: the needle is in its last stderr line
+    timeout: float = 0.0  # seconds the row may take (0: TIMEOUT)
 
     @property
     def id(self) -> str:
         return " ".join(self.argv)[:90] or "(no arguments)"
 
 
-def row(needle: str | None, *argv: str, code: int = 2) -> Row:
-    return Row(tuple(argv), needle, code)
+def row(
+    needle: str | None, *argv: str, code: int = 2, stdout: bool = False, logs: bool = False, timeout: float = 0.0
+) -> Row:
+    return Row(tuple(argv), needle, code, stdout, logs, timeout)
 
 
 COLLECT = ("collect", "--brokers", KF)  # a row that slipped through must not reach a real broker
@@ -67,11 +77,18 @@ KILL_PUB = ("--publish-dir", "{tmp}/pub", "--key", "{key}")
 REPORT = ("report", "--clickhouse", CH, "-o", "{tmp}/report.html")
 ACCESS = ("access-log", "--clickhouse", CH, "--pop", "lax")
 DEMO = ("demo", "--replay", "--workdir", "{tmp}/demo")
+AT = "2024-03-01T12:00:30Z"  # a round at the end of the telemetry of {store}
+STORE_START = "2024-03-01T09:00:00Z"  # its first 5-minute bucket (36 of them)
+NO_STORE = "chdb://{tmp}/no-such-store"  # a chDB directory that does not exist
+VERSION = f"dyncc {importlib.metadata.version('dyncc')}"
+STORE_EXPLAIN = ("control", "--clickhouse", "{store}", "explain", "--pop", "lax")
+NO_STORE_EXPLAIN = ("control", "--clickhouse", NO_STORE, "explain", "--pop", "lax")
 
 ROWS = [
     # dyncc itself
     row("no subcommand"),
     row("unknown subcommand", "nosuch"),
+    row(VERSION, "--version", code=0, stdout=True),
     # collect
     row("interval", *COLLECT, "--interval", "bad"),
     row("interval", *COLLECT, "--interval", "0"),
@@ -219,6 +236,16 @@ ROWS = [
     row("--pop", *ONCE, "--pop", BAD_POP),
     row("max_new", "control", "--clickhouse", CH, "--once", "--config", "{control_typed}"),
     row("no_such_option", *ONCE, "--config", "{unknown_toml}"),
+    # control --once: a round that ran but could not publish lax's config (lax.cfg is a directory)
+    # exits 1, as its --help says
+    row(
+        "not published for lax",
+        *("control", "--clickhouse", "{store}", "--once", "--at", AT, "--holdout", "0", "--trial-blocks", "0"),
+        *("--publish-dir", "{blocked}", "--key", "{key}"),
+        code=1,
+        logs=True,
+        timeout=STORE_TIMEOUT,
+    ),
     # control: publishing, validation and rollout options (checked at start, not at publish time)
     row("key", *ONCE, "--publish-dir", "{tmp}/pub", "--key", "{missing}"),
     row("key", *ONCE, "--publish-dir", "{tmp}/pub", "--key", "{garbage}"),
@@ -258,6 +285,9 @@ ROWS = [
     row("--pop", *EXPLAIN, "--pop", "", "--prefix", "203.0.113.0/24"),
     row("--at", *EXPLAIN, "--pop", "lax", "--prefix", "203.0.113.0/24", "--at", "someday"),
     row("--clickhouse", "control", "explain", "--pop", "lax", "--prefix", "203.0.113.0/24"),
+    row("min-buckets", *EXPLAIN, "--pop", "lax", "--prefix", "203.0.113.0/24", "--min-buckets", "0"),
+    row("unknown prefix 192.0.2.0/24", *STORE_EXPLAIN, "--prefix", "192.0.2.0/24", "--at", AT, timeout=STORE_TIMEOUT),
+    row("no-such-store: the directory does not exist", *NO_STORE_EXPLAIN, "--prefix", "203.0.113.0/24"),
     # control keygen
     row("--out-dir", "control", "keygen"),
     row("exists", "control", "keygen", "--out-dir", "{keys}"),
@@ -304,6 +334,12 @@ ROWS = [
     row("scheme", "report", "--clickhouse", "ftp://127.0.0.1:1/x"),
     row("127.0.0.1:1", *REPORT),
     row("no_such_option", *REPORT, "--config", "{unknown_toml}"),
+    row("no-such-store: the directory does not exist", "report", "--clickhouse", NO_STORE, "-o", "{tmp}/r.html"),
+    row(
+        "run 'dyncc schema apply' first",
+        *("report", "--clickhouse", "chdb://{bare}", "-o", "{tmp}/r.html"),
+        timeout=STORE_TIMEOUT,
+    ),
     # demo
     row("--duration", *DEMO, "--duration", "soon"),
     row("--duration", *DEMO, "--duration", "10s"),
@@ -357,9 +393,36 @@ ROWS = [
 ]
 
 
+#: makes the rows' {store} in a child process (chDB allows one directory per process)
+MAKE_STORE = """
+import sys
+import datetime as dt
+from controller.store import open_store
+from controller.store.migrate import apply_migrations
+from tests.support import scoring_synth as synth
+store = open_store(sys.argv[1])
+apply_migrations(store)
+start = int(dt.datetime.fromisoformat(sys.argv[2].replace("Z", "+00:00")).timestamp())
+patterns = {f"198.51.{i}.0/24": synth.NORMAL for i in range(20)} | {"203.0.113.0/24": synth.STEADY_BAD}
+synth.insert_samples(store, synth.samples_frame("lax", patterns, start, 36))
+store.close()
+"""
+
+
+def make_store(url: str) -> None:
+    """A chDB store with the schema and 3 h of POP lax's telemetry (20 normal prefixes, 1 bad)."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", MAKE_STORE, url, STORE_START], cwd=ROOT, env=env, check=True, timeout=120)
+
+
 def make_files(tmp: Path) -> dict[str, str]:
-    """The files the rows name, in `tmp`: garbage, broken TOML, a real key pair, recordings."""
+    """The files the rows name, in `tmp`: garbage, broken TOML, a real key pair, recordings, a
+    chDB store with telemetry, a bare directory and a publish directory that cannot take lax's config."""
     (tmp / "nobin").mkdir()
+    (tmp / "bare").mkdir()
+    (tmp / "blocked" / "lax.cfg").mkdir(parents=True)  # the config file cannot be replaced
+    store = f"chdb://{tmp / 'store'}?ttl=off"
+    make_store(store)
     (tmp / "garbage.bin").write_bytes(b"\xff\xfe this is not what you think \x00\x01")
     (tmp / "empty.bin").write_bytes(b"")
     (tmp / "bad.toml").write_text("pop = \n")
@@ -393,6 +456,9 @@ def make_files(tmp: Path) -> dict[str, str]:
         "keys": str(tmp / "keys"),
         "rec_nometa": str(tmp / "nometa.bin.gz"),
         "rec_badmeta": str(tmp / "badmeta.bin.gz"),
+        "store": store,
+        "bare": str(tmp / "bare"),
+        "blocked": str(tmp / "blocked"),
     }
 
 
@@ -401,8 +467,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return make_files(tmp_path_factory.mktemp("bad-inputs"))
 
 
-def run_dyncc(argv: list[str], nobin: str, root: Path = ROOT) -> tuple[int | None, str, float]:
-    """(exit code or None on timeout, stderr, seconds); a timed-out run's process group is killed."""
+def run_dyncc(
+    argv: list[str], nobin: str, root: Path = ROOT, timeout: float = TIMEOUT
+) -> tuple[int | None, str, float, str]:
+    """(exit code or None on timeout, stderr, seconds, stdout); a timed-out run's process group is killed."""
     env = {**os.environ, "PATH": nobin, "OPENBLAS_NUM_THREADS": "1"}
     started = time.monotonic()
     proc = subprocess.Popen(
@@ -416,12 +484,12 @@ def run_dyncc(argv: list[str], nobin: str, root: Path = ROOT) -> tuple[int | Non
         start_new_session=True,
     )
     try:
-        _out, err = proc.communicate(timeout=TIMEOUT)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
-        _out, err = proc.communicate()
-        return None, err, time.monotonic() - started
-    return proc.returncode, err, time.monotonic() - started
+        out, err = proc.communicate()
+        return None, err, time.monotonic() - started, out
+    return proc.returncode, err, time.monotonic() - started, out
 
 
 _HOSTS = st.one_of(
@@ -471,6 +539,7 @@ def test_table_is_large_and_covers_every_subcommand() -> None:
     firsts = {r.argv[0] for r in ROWS if r.argv}
     assert firsts == {
         "nosuch",
+        "--version",
         "collect",
         "agent",
         "ingest",
@@ -487,12 +556,34 @@ def test_table_is_large_and_covers_every_subcommand() -> None:
 @pytest.mark.parametrize("case", ROWS, ids=[r.id for r in ROWS])
 def test_bad_input_is_one_line_no_traceback_and_its_exit_code(case: Row, files: dict[str, str]) -> None:
     argv = [arg.format(**files) for arg in case.argv]
-    code, err, seconds = run_dyncc(argv, files["nobin"])
-    assert code is not None, f"still running after {TIMEOUT:.0f}s; stderr: {err[-1500:]}"
+    timeout = case.timeout or TIMEOUT
+    code, err, seconds, out = run_dyncc(argv, files["nobin"], timeout=timeout)
+    assert code is not None, f"still running after {timeout:.0f}s; stderr: {err[-1500:]}"
     assert "Traceback" not in err, err[-3000:]
-    lines = err.strip().splitlines()
+    lines = (out if case.stdout else err).strip().splitlines()
     assert code == case.code, f"exit {code}: {err[-1500:]}"
-    assert len(lines) == 1, f"{len(lines)} lines on stderr:\n{err[-1500:]}"
+    if case.stdout:
+        assert not err, err[-1500:]
+    if case.logs:
+        lines = lines[-1:]
+    assert len(lines) == 1, f"{len(lines)} lines on {'stdout' if case.stdout else 'stderr'}:\n{err[-1500:]}"
     if case.needle is not None:
         assert case.needle in lines[0], lines[0]
-    assert seconds < TIMEOUT
+    assert seconds < timeout
+
+
+def test_readers_never_create_a_chdb_store_schema_apply_does(files: dict[str, str]) -> None:
+    """explain and report refuse a chDB directory that does not exist (the table's rows) and leave
+    it so; `dyncc schema apply` creates it."""
+    path = Path(files["tmp"]) / "made-by-schema-apply"
+    url = f"chdb://{path}"
+    for argv in (
+        ["control", "--clickhouse", url, "explain", "--pop", "lax", "--prefix", "203.0.113.0/24"],
+        ["report", "--clickhouse", url, "-o", f"{files['tmp']}/r.html"],
+    ):
+        code, err, _, _ = run_dyncc(argv, files["nobin"])
+        assert code == 2 and "does not exist" in err, err
+        assert not path.exists()
+    code, err, _, out = run_dyncc(["schema", "apply", "--clickhouse", url], files["nobin"], timeout=60)
+    assert code == 0, err
+    assert path.is_dir() and "applied" in out

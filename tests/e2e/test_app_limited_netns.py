@@ -24,7 +24,7 @@ import pytest
 from collector.telemetry.poller import Poller, PollerConfig
 from controller.ingest.writer import BatchWriter
 from controller.scoring.query import refresh, score_prefixes, window_for
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.store import Store
 from schemas.tcpinfo_decode import decode_batch
 from tests.support.netns_util import namespaces, new_ns_name, ns_sh, require_root, start_ready, veth_pair
@@ -35,7 +35,7 @@ SLOW = ("198.51.100.1", 8081, "198.51.100.2", "198.51.100.0/24")  # server, port
 BULK = ("2001:db8:da1::1", 8082, "2001:db8:da1::2", "2001:db8:da1::/56")
 POLLS = 12
 POLL_EVERY = 0.15  # s
-QUALIFYING = 102_400  # bytes_acked above this: a qualifying flow (ScoringConfig.min_bytes)
+QUALIFYING = 102_400  # bytes_acked above this: a qualifying flow (ScoringSettings.min_bytes)
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ def test_the_scoring_leaves_the_app_limited_samples_out(collected: Collected, st
         flagged = np.array([s.app_limited != 0 for s in flow])
         expected[prefix] = (len(flow), int((qualifying & ~flagged).sum()), int(qualifying.sum()))
     # the rollup path (5-minute buckets) and the raw path (1-minute buckets)
-    for cfg in (ScoringConfig(), ScoringConfig(bucket_seconds=60, lookback_seconds=3600)):
+    for cfg in (ScoringSettings(), ScoringSettings(bucket_seconds=60, lookback_seconds=3600)):
         for version, include in enumerate((False, True), start=1):
             mode = replace(cfg, include_app_limited=include)
             window = window_for(now, mode)

@@ -24,8 +24,8 @@ import pytest
 
 from collector.telemetry.filters import FilterSpec, parse_networks
 from collector.telemetry.poller import Poller, PollerConfig
-from collector.telemetry.sinks import read_records
 from schemas.addresses import format_addresses, format_prefixes
+from schemas.framing import split_frames
 from schemas.tcpinfo_decode import decode_batch
 from tests.support.netns_util import namespaces, new_ns_name, ns_sh, require_root, start_ready, veth_pair
 
@@ -299,7 +299,7 @@ def test_cli_file_sink_once(lab: Lab, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"poll 1: netns=1 seen=420 exported=380 filtered=40", proc.stderr), proc.stderr
-    batches = [decode_batch(r) for r in read_records(out.read_bytes())]
+    batches = [decode_batch(r) for r in split_frames(out.read_bytes())]
     # one dump per family, each split evenly under the 150-row cap: 220 IPv4 + 160 IPv6 sockets
     assert [b.row_count for b in batches] == [110, 110, 80, 80]
     assert [b.sequence for b in batches] == [0, 1, 2, 3]

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controller.scoring.decide import holdout_hash
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.store import open_store
 from controller.store.migrate import apply_migrations
 from controller.store.topology import shard_of
@@ -75,7 +75,7 @@ COLUMNS = [*TEXTS, *INTEGERS, *TIMES, *FLOATS]
 
 def is_holdout(pop: str, prefix: str) -> bool:
     """The controller's own control-group choice (controller/scoring/decide.py)."""
-    return holdout_hash(pop, prefix, ScoringConfig().holdout_salt) < HOLDOUT
+    return holdout_hash(pop, prefix, ScoringSettings().holdout_salt) < HOLDOUT
 
 
 def scenario_samples(pop: str, seed: int) -> pd.DataFrame:

@@ -25,7 +25,7 @@ from controller.scoring.decide import (
     empty_state,
     holdout_hash,
 )
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from schemas.addresses import prefix_family
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def reference_decide(
     scores: pd.DataFrame,
     previous: pd.DataFrame,
     now: int,
-    cfg: ScoringConfig,
+    cfg: ScoringSettings,
     expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
     refuse: Callable[[str], str | None] | None = None,
 ) -> pd.DataFrame:
@@ -292,7 +292,7 @@ def reference_decide(
     return pd.DataFrame(out[keep_row]).reset_index(drop=True)
 
 
-def _skip_reason(i: int, v: dict[str, list[Any]], duty_s: list[str], cfg: ScoringConfig, now: int) -> str:
+def _skip_reason(i: int, v: dict[str, list[Any]], duty_s: list[str], cfg: ScoringSettings, now: int) -> str:
     if v["denied"][i]:
         return f"denied: {v['denied'][i]}"
     if v["candidate"][i] and v["in_cooldown"][i]:

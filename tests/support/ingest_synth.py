@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from schemas.tcpinfo_encode import BatchHeader, encode_batches
+from schemas.tcpinfo_encode import BatchHeader
+from tests.support.tcpinfo_batches import encode_batches
 
 CC_NAMES = ("cubic", "bbr")
 # RFC 2544 benchmarking space 198.18.0.0/15 (512 /24s) and the documentation /24s.

@@ -13,6 +13,9 @@ the oracle's side of the comparison):
   * `truncated` / `with_nla_len` make a malformed copy of a message and
     `decoded(msg)` parses one message with the real parser into comparable
     values, for the property tests.
+  * `parse_datagrams(datagrams, errors)` walks and parses a list of received
+    datagrams with the real parser (what the collector's dump loop does as it
+    receives them).
 """
 
 from __future__ import annotations
@@ -22,7 +25,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from collector.netlink.sockdiag_parse import DIAG_MSG_LEN, ErrorCounts, parse_datagrams
+from collector.netlink.sockdiag import WalkResult, walk_messages
+from collector.netlink.sockdiag_parse import (
+    DIAG_MSG_LEN,
+    PAD,
+    ErrorCounts,
+    Parsed,
+    parse_messages,
+)
 
 NLMSG_HDRLEN = 16
 NLM_F_REQUEST = 0x1
@@ -180,3 +190,46 @@ def check_nla_len(msg: bytes, index: int, nla_len: int) -> None:
         assert errors == ref_errors, (index, nla_len)
     elif nla_len == attr.nla_len:
         assert (got, errors) == decoded(msg)[1:]
+
+
+def count_walk_errors(res: WalkResult, errors: ErrorCounts) -> None:
+    """Fold a WalkResult's problems into error counts."""
+    if res.error == -1:
+        errors["short_message"] += 1
+    elif res.error == -2:
+        errors["truncated_message"] += 1
+    elif res.error == -3:
+        errors["unknown_message_type"] += 1
+    elif res.error > 0:
+        errors["netlink_error"] += 1
+    if res.interrupted:
+        errors["dump_interrupted"] += 1
+
+
+def parse_datagrams(
+    datagrams: Iterable[bytes | bytearray | memoryview],
+    errors: ErrorCounts,
+    *,
+    seq: int | None = None,
+    pid: int | None = None,
+) -> tuple[Parsed, bool]:
+    """Walk and parse a list of received datagrams; returns (parsed, done_seen)."""
+    parts: list[bytes] = []
+    offsets: list[int] = []
+    lengths: list[int] = []
+    base = 0
+    done = False
+    for dgram in datagrams:
+        data = bytes(dgram)
+        res = walk_messages(data, 0, len(data))
+        count_walk_errors(res, errors)
+        offsets.extend(base + o for o in res.offsets)
+        lengths.extend(res.lengths)
+        padded = data + bytes((-len(data)) % 4)
+        parts.append(padded)
+        base += len(padded)
+        if res.done:
+            done = True
+            break
+    buf = b"".join(parts) + bytes(PAD)
+    return parse_messages(buf, offsets, lengths, errors, seq=seq, pid=pid), done

@@ -9,7 +9,8 @@ def make_batch(cookies, prefixes, cc, start_ns=1_700_000_000_000_000_000):
     import numpy as np
 
     from schemas.tcpinfo_decode import empty_columns
-    from schemas.tcpinfo_encode import BatchHeader, encode_header, split_bodies
+    from schemas.tcpinfo_encode import BatchHeader, encode_header
+    from tests.support.tcpinfo_batches import split_bodies
 
     n = len(cookies)
     cols = empty_columns(n)

@@ -621,7 +621,7 @@ TRIAL_MINUTES = 60  # telemetry span from T0
 TRIAL_FIRST_ROUND = T0 + dt.timedelta(minutes=5)
 TRIAL_POLL_S = 5  # one qualifying socket poll per prefix every 5 s: 6 per bucket
 TRIAL_APP_LIMITED_EVERY = 6  # every 6th poll is app-limited (and slow): left out of the effect
-TRIAL_BLOCKS = 8  # rounds of an ended trial (EvidenceConfig's default trial_blocks, 1 round per block)
+TRIAL_BLOCKS = 8  # rounds of an ended trial (EvidenceSettings's default trial_blocks, 1 round per block)
 TRIAL_RUNNING_ROUNDS = 6
 TRIAL_EXPIRE_AFTER = 10  # kept-then-expired: reverted (no traffic) this many rounds after the keep
 #: kind -> BBR's rate multiplier; a prefix's kind is KINDS[i % 4]
@@ -656,10 +656,10 @@ def trial_prefix(pop_index: int, i: int) -> str:
 
 def _trial_schedule(trials: Trials, pop: str, prefix: str) -> dict[dt.datetime, tuple[str, str, str]]:
     """round time -> (decision, algorithm, reason) of one prefix's rows."""
-    from controller.evidence.settings import EvidenceConfig
+    from controller.evidence.settings import EvidenceSettings
     from controller.evidence.trial import arm_at
 
-    cfg = EvidenceConfig()
+    cfg = EvidenceSettings()
     step = dt.timedelta(seconds=TRIAL_ROUND_S)
     kind = trials.kind[(pop, prefix)]
     since = trials.since[(pop, prefix)]

@@ -10,11 +10,11 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from controller.control import cli as control_cli
 from controller.rollout.publish import Publisher
-from controller.rollout.settings import RolloutConfig
+from controller.rollout.settings import RolloutSettings
 from controller.rollout.signing import keygen
-from controller.scoring.desired import DesiredEntry, DesiredState, PublishOutcome
-from controller.scoring.state import write_outcomes
+from controller.scoring.desired import DesiredEntry, DesiredState
 from controller.store import Store
+from controller.store.outcomes import PublishOutcome, write_outcomes
 from schemas.congestion_pb2 import ApplyStatus, CongestionConfig, HostHealth
 
 
@@ -30,9 +30,9 @@ def run_control(argv: list[str]) -> int:
     return control_cli.run(control_parser().parse_args(argv))
 
 
-def rollout_config(argv: list[str]) -> RolloutConfig:
-    """The RolloutConfig of a `dyncc control` command line (without control's cross-checks)."""
-    return RolloutConfig.from_sources(vars(control_parser().parse_args(argv)))
+def rollout_settings(argv: list[str]) -> RolloutSettings:
+    """The RolloutSettings of a `dyncc control` command line (without control's cross-checks)."""
+    return RolloutSettings.from_sources(vars(control_parser().parse_args(argv)))
 
 
 def publish_round(publisher: Publisher, states: list[DesiredState]) -> dict[str, PublishOutcome]:
@@ -44,7 +44,7 @@ def publish_round(publisher: Publisher, states: list[DesiredState]) -> dict[str,
 
 
 def publisher(store: Store, argv: list[str]) -> Publisher:
-    return Publisher(store, rollout_config(argv))
+    return Publisher(store, rollout_settings(argv))
 
 
 def make_keys(tmp_path: Path) -> tuple[Path, Path]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from schemas.addresses import prefix_family
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ def ch_quantile_exact(values: np.ndarray, level: float) -> float:
     return float(s[index])
 
 
-def reference_timeline(samples: pd.DataFrame, cfg: ScoringConfig, window: Window) -> pd.DataFrame:
+def reference_timeline(samples: pd.DataFrame, cfg: ScoringSettings, window: Window) -> pd.DataFrame:
     """Per (pop, bucket, prefix): samples, qualifying, counted, stat, low, rtt, threshold, bad."""
     import pandas as pd
 
@@ -92,7 +92,7 @@ def reference_timeline(samples: pd.DataFrame, cfg: ScoringConfig, window: Window
     return out
 
 
-def reference_scores(samples: pd.DataFrame, cfg: ScoringConfig, window: Window) -> pd.DataFrame:
+def reference_scores(samples: pd.DataFrame, cfg: ScoringSettings, window: Window) -> pd.DataFrame:
     """Per (pop, prefix) scores, the columns of controller.scoring.query.SCORE_COLUMNS."""
     import pandas as pd
 

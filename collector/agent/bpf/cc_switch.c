@@ -11,9 +11,9 @@
 // namespace) can share one cgroup.  A peer that leaves the selection while watched (config
 // change, kill switch) stops being watched and keeps its algorithm.  Unselected connections are
 // never touched.
-// Built by collector/agent/bpf_build.py (clang -target bpf -g); loaded, pinned and attached by
-// collector/agent/bpf_prog.py (bpftool); the maps are written by collector/agent/bpf_maps.py.
-// The map names, key/value layouts and counter indexes are mirrored in collector/agent/bpf_plan.py.
+// Built by collector/agent/bpf/build.py (clang -target bpf -g); loaded, pinned and attached by
+// collector/agent/bpf/prog.py (bpftool); the maps are written by collector/agent/bpf/maps.py.
+// The map names, key/value layouts and counter indexes are mirrored in collector/agent/bpf/plan.py.
 #include <linux/bpf.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>

@@ -28,10 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from collector.agent.bpf_apply import BpfApplier, netns_cookie
-from collector.agent.bpf_build import build_object
-from collector.agent.bpf_plan import MAP_V4, MAP_V6
-from collector.agent.bpf_prog import BPFFS, BpfProgram, default_cgroup, mounts
+from collector.agent.bpf.apply import BpfApplier, netns_cookie
+from collector.agent.bpf.build import build_object
+from collector.agent.bpf.plan import MAP_V4, MAP_V6
+from collector.agent.bpf.prog import BPFFS, BpfProgram, default_cgroup, mounts
 from collector.agent.core import Agent
 from collector.agent.plan import Wanted
 from collector.agent.state import AgentState

@@ -10,8 +10,8 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from collector.agent.bpf_build import clang_command, object_name, source_text
-from collector.agent.bpf_plan import (
+from collector.agent.bpf.build import clang_command, object_name, source_text
+from collector.agent.bpf.plan import (
     DEFAULT_THRESHOLD,
     MAP_V4,
     MAP_V6,
@@ -146,7 +146,7 @@ def test_lookup_prefers_the_longest_prefix() -> None:
 
 
 def test_source_mirrors_the_python_layout() -> None:
-    """The C program's names and counter order are the ones bpf_plan.py reads."""
+    """The C program's names and counter order are the ones bpf/plan.py reads."""
     text = source_text()
     for name in (MAP_V4, MAP_V6, "dyncc_stats"):
         assert f'}} {name} SEC(".maps");' in text

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from collector.netlink.attr_tcp_info import FIELDS, TCP_INFO_MAX, present_fields
 from collector.netlink.sockdiag import may_end_dump, walk_messages
-from collector.netlink.sockdiag_parse import ERROR_KINDS, PAD, ErrorCounts, parse_datagrams, walk_datagrams
+from collector.netlink.sockdiag_parse import ERROR_KINDS, PAD, ErrorCounts, walk_datagrams
 from tests.support.collector_msgs import diag_msg, done_msg, error_msg, tcp_info
+from tests.support.netlink_msgs import parse_datagrams
 
 VALUES = {name: (i * 7919 + 13) % (1 << min(8 * size, 31)) for i, (name, _, size) in enumerate(FIELDS)}
 VALUES.update(snd_wscale=7, rcv_wscale=9, app_limited=1)

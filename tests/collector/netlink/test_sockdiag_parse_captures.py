@@ -55,7 +55,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from collector.netlink.sockdiag import build_request, walk_messages
-from collector.netlink.sockdiag_parse import ErrorCounts, Parsed, parse_datagrams, parse_messages
+from collector.netlink.sockdiag_parse import ErrorCounts, Parsed, parse_messages
 from tests.support.netlink_msgs import (
     Attr,
     attr_payload,
@@ -68,6 +68,7 @@ from tests.support.netlink_msgs import (
     is_request,
     messages,
     msg_type,
+    parse_datagrams,
     reply_dumps,
 )
 from tests.support.netlink_pcap import COOKED_LEN, read_pcap, rtattr

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from collector.netlink import sockdiag_parse as diag_parse
-from collector.netlink.sockdiag_parse import ErrorCounts, Parsed, parse_datagrams
+from collector.netlink.sockdiag import walk_messages
+from collector.netlink.sockdiag_parse import ErrorCounts, Parsed
 from tests.support.collector_msgs import diag_msg, done_msg, tcp_info
+from tests.support.netlink_msgs import parse_datagrams
 
 
 def _mixed_messages() -> list[bytes]:
@@ -105,7 +107,7 @@ def test_tiled_datagrams_walk_like_the_scalar_walker(monkeypatch: pytest.MonkeyP
     want_off: list[int] = []
     want_len: list[int] = []
     for s, e in zip(starts, ends, strict=True):
-        scalar = diag_parse.walk_messages(bytes(buf), s, e)
+        scalar = walk_messages(bytes(buf), s, e)
         want_off += scalar.offsets
         want_len += scalar.lengths
     assert walk.offsets.tolist() == want_off  # buffer order

@@ -26,13 +26,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.netlink.sockdiag_parse import ErrorCounts, parse_datagrams
+from collector.netlink.sockdiag_parse import ErrorCounts
 from tests.support.netlink_msgs import (
     attributes,
     check_nla_len,
     check_truncated,
     decoded,
     diag_messages,
+    parse_datagrams,
     reply_dumps,
     truncated,
 )

@@ -16,10 +16,11 @@ import pytest
 from collector.telemetry.metrics import CollectMetrics
 from collector.telemetry.runner import CollectLoop
 from collector.telemetry.settings import CollectSettings
-from collector.telemetry.sinks import FileSink, KafkaSink, KafkaStart, StdoutSink, read_records
+from collector.telemetry.sinks import FileSink, KafkaSink, KafkaStart, StdoutSink
 from dyncc.cli import main as cli_main
 from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag
+from schemas.framing import split_frames
 from schemas.tcpinfo_decode import decode_batch
 
 
@@ -74,7 +75,7 @@ def test_overrun_is_counted(tmp_path: Path) -> None:
     metrics, out = run_loop(tmp_path, "--interval", "50ms", "--jitter", "0s", delay=0.08, polls=3)
     assert metrics.value("dyncc_collect_polls_total") == 3
     assert metrics.value("dyncc_collect_overruns_total") == 3
-    batches = [decode_batch(r) for r in read_records(out.read_bytes())]
+    batches = [decode_batch(r) for r in split_frames(out.read_bytes())]
     assert [b.sequence for b in batches] == list(range(len(batches)))
     assert len({b.poll_start_ns for b in batches}) == 3
 
@@ -149,9 +150,9 @@ def test_file_sink_rotates_by_size(tmp_path: Path) -> None:
     sink.close(1)
     files = sorted(p.name for p in tmp_path.iterdir())
     assert files == ["b.bin", "b.bin.1", "b.bin.2"]  # records 0 and 1 went with the oldest file
-    assert read_records(path.read_bytes()) == [bytes([6]) * 400, bytes([7]) * 400]
-    assert read_records((tmp_path / "b.bin.1").read_bytes()) == [bytes([4]) * 400, bytes([5]) * 400]
-    assert read_records((tmp_path / "b.bin.2").read_bytes()) == [bytes([2]) * 400, bytes([3]) * 400]
+    assert split_frames(path.read_bytes()) == [bytes([6]) * 400, bytes([7]) * 400]
+    assert split_frames((tmp_path / "b.bin.1").read_bytes()) == [bytes([4]) * 400, bytes([5]) * 400]
+    assert split_frames((tmp_path / "b.bin.2").read_bytes()) == [bytes([2]) * 400, bytes([3]) * 400]
 
 
 def test_stdout_sink_one_json_line_per_socket(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from controller.scoring.query import refresh, score_prefixes, window_for
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.store import ClusterStore, open_store
 from controller.store.cluster_schema import plan_statement, sharded_tables
 from controller.store.migrate import apply_migrations
@@ -27,7 +27,7 @@ from tests.support.cluster_util import node_tables, sync_replicas
 from tests.support.scoring_reference import reference_scores
 
 NOW = dt.datetime(2024, 3, 1, 12, 0, 30, tzinfo=dt.UTC)
-CFG = ScoringConfig(holdout_fraction=0.0)
+CFG = ScoringSettings(holdout_fraction=0.0)
 PATTERNS = {f"198.51.{i}.0/24": synth.NORMAL for i in range(12)} | {
     f"2001:db8:{i}::/56": synth.Pattern(bad=(i % 2 == 0,), app_limited=i) for i in range(1, 9)
 }  # spread over both shards

@@ -102,7 +102,14 @@ def test_schema_apply_twice_every_node_has_every_table(cluster_db_url: str) -> N
         assert engines[(shard_db, "tcpinfo_5m_mv")] == "MaterializedView"
         assert engines[(shard_db, "ingest_batches_mv")] == "MaterializedView"
         assert engines[(shard_db, "http_log_ledger_mv")] == "MaterializedView"
-        replicated = ("selections", "round_outcomes", "config_versions", "schema_migrations", "scoring_buckets")
+        replicated = (
+            "selections",
+            "round_outcomes",
+            "round_settings",
+            "config_versions",
+            "schema_migrations",
+            "scoring_buckets",
+        )
         for name in (*replicated, "http_log_progress"):
             assert engines[(db, name)].startswith("Replicated")
         # recorded once for the cluster, visible on every node

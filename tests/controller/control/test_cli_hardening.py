@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 from controller.control import cli as control_cli
 from controller.control import loop as control_loop
 from controller.control.settings import ControlSettings, cap_conflicts
-from controller.report.data import compose, render_view, view_text
+from controller.report.data import compose, view_query
 from controller.rollout.generate import build_config
 from controller.rollout.records import load_published_config
 from controller.rollout.validate import ValidationPolicy, prefix_problem, validate
 from controller.scoring.decide import decide, empty_state
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.scoring.state import load_previous
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
@@ -39,7 +39,7 @@ from controller.store.sql import migrations
 from dyncc.cli import main as dyncc_main
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 from tests.support import scoring_synth as synth
-from tests.support.rollout_util import make_keys, rollout_config
+from tests.support.rollout_util import make_keys, rollout_settings
 
 POP = "lax"
 START = int(dt.datetime(2024, 3, 1, 9, 0, tzinfo=dt.UTC).timestamp())
@@ -153,7 +153,7 @@ def test_rejected_round_never_becomes_state(store: Store, store_url: str, keys: 
     assert v1 is not None and {e.prefix for e in v1.entries} == on_bbr(store, r1)
 
     # per prefix: the decision and whether it was published (the selections_with_outcome view)
-    view = store.query_df(render_view(view_text("selections_with_outcome"), at(-1), at(20)))
+    view = store.query_df(view_query("selections_with_outcome", at(-1), at(20)))
     view = view[view["decision"].isin(ON_BBR)]
     by_outcome = view.groupby("outcome")["prefix"].apply(lambda s: set(map(text, s))).to_dict()
     assert sorted(map(str, by_outcome)) == ["published", "rejected"]
@@ -396,7 +396,7 @@ def _scores(prefixes: list[str]) -> pd.DataFrame:
 
 
 def test_decide_drops_refused_prefixes_and_reverts_them_when_on_bbr() -> None:
-    cfg = ScoringConfig(holdout_fraction=0.0, max_new_per_round=1)
+    cfg = ScoringSettings(holdout_fraction=0.0, max_new_per_round=1)
     policy = ValidationPolicy(deny=(ipaddress.ip_network("198.51.100.0/24"),))
 
     def refuse(prefix: str) -> str | None:
@@ -454,8 +454,8 @@ def test_prefix_problem_is_the_rule_validation_applies(prefix: str) -> None:
 
 
 def test_cap_conflicts() -> None:
-    policy = rollout_config([]).validation_policy()
-    assert cap_conflicts(policy, ScoringConfig()) == []
-    assert cap_conflicts(policy, ScoringConfig(max_new_per_round=101)) == [
+    policy = ValidationPolicy.from_settings(rollout_settings([]))
+    assert cap_conflicts(policy, ScoringSettings()) == []
+    assert cap_conflicts(policy, ScoringSettings(max_new_per_round=101)) == [
         "--max-new 101 is above the change limit 100 (--max-change-fraction 0.5 x --change-floor 200)"
     ]

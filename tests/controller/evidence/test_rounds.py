@@ -12,17 +12,17 @@ import numpy as np
 import pandas as pd
 
 from controller.evidence.load import Evidence, stored_trials
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.scoring.round import run_round
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.store import Store
 
 B = 60
 T0 = 1_709_290_800  # 2024-03-01 11:00 UTC, a whole hour
-CFG = ScoringConfig(
+CFG = ScoringSettings(
     bucket_seconds=B, lookback_seconds=8 * B, min_buckets=4, min_samples=2, holdout_fraction=0.0, min_bytes=102400
 )
-EV = EvidenceConfig()
+EV = EvidenceSettings()
 HELPED, HURT = "192.0.2.0/24", "198.51.100.0/24"
 NORMAL = [f"2001:db8:0:{i:x}00::/56" for i in range(1, 9)]
 SCALE = {HELPED: 2.0, HURT: 0.5}

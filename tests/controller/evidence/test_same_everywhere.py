@@ -9,11 +9,11 @@ import html
 import re
 
 from controller.evidence.load import Evidence, stored_trials
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.evidence.summary import headline_lines
 from controller.report import write_report
 from controller.scoring.explain import trial_lines
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.store import Store
 from dyncc.lab.model import ControlOutcome
 from dyncc.lab.outcomes import RoundView
@@ -49,11 +49,11 @@ def test_lab_summary_report_and_explain_print_the_same_figures(store: Store, tmp
     assert lab.evidence and lab.evidence == report_lines
 
     # explain: each trial's figure is the effect model's for that trial
-    cfg = ScoringConfig(bucket_seconds=rs.TRIAL_ROUND_S, lookback_seconds=8 * rs.TRIAL_ROUND_S, min_buckets=4)
+    cfg = ScoringSettings(bucket_seconds=rs.TRIAL_ROUND_S, lookback_seconds=8 * rs.TRIAL_ROUND_S, min_buckets=4)
     trials = stored_trials(store, synth.end)
-    ev = Evidence.load(store, EvidenceConfig(), trials, rs.TRIAL_ROUND_S, _unix(synth.end), cfg.min_bytes)
+    ev = Evidence.load(store, EvidenceSettings(), trials, rs.TRIAL_ROUND_S, _unix(synth.end), cfg.min_bytes)
     for t in trials[:4]:
-        text = "\n".join(trial_lines(store, cfg, EvidenceConfig(), t.pop, t.prefix, synth.end.replace(tzinfo=dt.UTC)))
+        text = "\n".join(trial_lines(store, cfg, EvidenceSettings(), t.pop, t.prefix, synth.end.replace(tzinfo=dt.UTC)))
         assert f"p10 delivery rate {ev.effect(t).text()}" in text
         assert f"p10 goodput {ev.effect(t, 'goodput').text()}" in text
     assert headline_lines(ev)[1] == report_lines[1]  # in force: the same trials, the same pool

@@ -13,10 +13,10 @@ import pytest
 
 from controller.evidence.load import CELL_COLUMNS, GOODPUT_COLUMNS, Evidence, Trial
 from controller.evidence.model import BBR, CUBIC, LEVEL, Effect, none
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.evidence.trial import GO_ON, KEEP, REVERT, arm_at, first_arm, judge, next_arm, short
 
-CFG = EvidenceConfig()
+CFG = EvidenceSettings()
 POP = "fra"
 SINCE = 1_700_000_100
 PREFIXES = [f"10.{i // 256}.{i % 256}.0/24" for i in range(2000)]
@@ -27,7 +27,7 @@ def effect(estimate: float, low: float, high: float, n_bbr: int = 2, n_cubic: in
     return Effect(estimate, low, high, LEVEL, math.log1p(estimate), 0.1, n_bbr, n_cubic, 60)
 
 
-def realized(prefix: str, asks: str, cfg: EvidenceConfig = CFG) -> tuple[list[str], list[str], list[tuple[int, int]]]:
+def realized(prefix: str, asks: str, cfg: EvidenceSettings = CFG) -> tuple[list[str], list[str], list[tuple[int, int]]]:
     """A trial's rounds, one per letter of `asks`: "r" the ask was realized, "h" held (a rollout
     in flight: the bucket ran the arm in force before, and counts for it), "d" dropped (the
     bucket was mixed or had too few samples: not counted).  Returns each round's ask, the arms
@@ -53,7 +53,7 @@ def realized(prefix: str, asks: str, cfg: EvidenceConfig = CFG) -> tuple[list[st
 
 @pytest.mark.parametrize("block_rounds", [1, 2, 3])
 def test_each_pair_of_blocks_has_one_bbr_and_one_cubic_block(block_rounds: int) -> None:
-    cfg = EvidenceConfig(trial_block_rounds=block_rounds)
+    cfg = EvidenceSettings(trial_block_rounds=block_rounds)
     for prefix in PREFIXES[:200]:
         asked, counted, counts = realized(prefix, "r" * 8 * block_rounds, cfg)
         assert asked == counted  # every ask realized
@@ -68,7 +68,7 @@ def test_each_pair_of_blocks_has_one_bbr_and_one_cubic_block(block_rounds: int) 
 
 def test_arm_at_is_next_arm_with_every_ask_realized() -> None:
     for block_rounds in (1, 2, 3):
-        cfg = EvidenceConfig(trial_block_rounds=block_rounds)
+        cfg = EvidenceSettings(trial_block_rounds=block_rounds)
         for prefix in PREFIXES[:50]:
             n = {BBR: 0, CUBIC: 0}
             for index in range(10 * block_rounds):
@@ -78,7 +78,7 @@ def test_arm_at_is_next_arm_with_every_ask_realized() -> None:
 
 
 def test_a_block_of_two_rounds_lasts_two_buckets() -> None:
-    cfg = EvidenceConfig(trial_block_rounds=2)
+    cfg = EvidenceSettings(trial_block_rounds=2)
     for prefix in PREFIXES[:100]:
         for r in range(16):
             assert arm_at(POP, prefix, SINCE, r, cfg) == arm_at(POP, prefix, SINCE, r // 2, CFG)
@@ -105,7 +105,7 @@ def test_an_ask_that_was_not_realized_is_asked_again() -> None:
 def test_a_held_ask_is_made_up_for(block_rounds: int) -> None:
     """A held round's bucket counts for the arm in force; the arm a whole block behind is asked
     for until it catches up, so the arms stay balanced and the pairs get done."""
-    cfg = EvidenceConfig(trial_block_rounds=block_rounds)
+    cfg = EvidenceSettings(trial_block_rounds=block_rounds)
     rng = np.random.default_rng(11)
     for prefix in PREFIXES[:300]:
         asks = "".join(rng.choice(["r", "h", "d"], p=[0.6, 0.25, 0.15], size=40 * block_rounds))
@@ -133,10 +133,10 @@ def test_the_first_arm_is_bbr_about_half_the_time() -> None:
 def test_the_schedule_is_stable() -> None:
     for prefix in PREFIXES[:50]:
         arms = [arm_at(POP, prefix, SINCE, r, CFG) for r in range(8)]
-        assert arms == [arm_at(POP, prefix, SINCE, r, EvidenceConfig()) for r in range(8)]
+        assert arms == [arm_at(POP, prefix, SINCE, r, EvidenceSettings()) for r in range(8)]
         assert first_arm(POP, prefix, SINCE, 0, CFG.trial_salt) == arms[0] == next_arm(POP, prefix, SINCE, 0, 0, CFG)
         # the same counts give the same ask, whatever rounds they took
-        assert next_arm(POP, prefix, SINCE, 2, 1, CFG) == next_arm(POP, prefix, SINCE, 2, 1, EvidenceConfig())
+        assert next_arm(POP, prefix, SINCE, 2, 1, CFG) == next_arm(POP, prefix, SINCE, 2, 1, EvidenceSettings())
     # the salt is part of the coin
     flips = [first_arm(POP, p, SINCE, 0, CFG.trial_salt) != first_arm(POP, p, SINCE, 0, "other") for p in PREFIXES]
     assert 0 < sum(flips) < len(PREFIXES)
@@ -171,7 +171,7 @@ def test_the_blocks_are_the_buckets_the_effect_counted() -> None:
     v = judge(effect(0.3, 0.1, 0.5, 2, 1), 9, CFG)  # 3 blocks realized in 9 rounds: not yet
     assert v.action == GO_ON and v.why.startswith("trial block 4 of at most 8")
     # blocks of two buckets: 5 buckets are 2 whole blocks
-    cfg = EvidenceConfig(trial_block_rounds=2)
+    cfg = EvidenceSettings(trial_block_rounds=2)
     assert judge(effect(0.3, 0.1, 0.5, 3, 2), 5, cfg).action == GO_ON
     assert judge(effect(0.3, 0.1, 0.5, 4, 4), 8, cfg).why.startswith("trial kept after 4 blocks")
 
@@ -189,7 +189,7 @@ def test_never_before_min_blocks() -> None:
     for n_bbr, n_cubic in [(0, 0), (1, 1), (2, 1), (1, 2), (3, 0)]:
         assert judge(effect(3.0, 2.0, 4.0, n_bbr, n_cubic), 20, CFG).action == GO_ON
         assert judge(effect(-0.9, -0.95, -0.8, n_bbr, n_cubic), 20, CFG).action == GO_ON
-    cfg = EvidenceConfig(trial_min_blocks=2, trial_blocks=6)
+    cfg = EvidenceSettings(trial_min_blocks=2, trial_blocks=6)
     assert judge(effect(3.0, 2.0, 4.0, 1, 0), 1, cfg).action == GO_ON
     assert judge(effect(3.0, 2.0, 4.0, 1, 1), 2, cfg).action == KEEP
 
@@ -197,7 +197,7 @@ def test_never_before_min_blocks() -> None:
 @pytest.mark.parametrize("at_limit", ["revert", "keep"])
 def test_at_the_limit_the_settings_decide(at_limit: str) -> None:
     """The limit is the pairs done: trial_blocks / 2 blocks on each arm."""
-    cfg = EvidenceConfig(trial_at_limit=at_limit)
+    cfg = EvidenceSettings(trial_at_limit=at_limit)
     for n_bbr, n_cubic in [(4, 4), (5, 4), (4, 6), (7, 7)]:
         v = judge(effect(0.05, -0.1, 0.2, n_bbr, n_cubic), n_bbr + n_cubic, cfg)
         assert v.action == {"revert": REVERT, "keep": KEEP}[at_limit]
@@ -219,7 +219,7 @@ def test_at_the_limit_the_settings_decide(at_limit: str) -> None:
 def test_a_trial_that_runs_out_of_time_ends_at_its_limit(at_limit: str) -> None:
     """Rounds whose asks were not realized (held, mixed) do not end a trial, the time does:
     max_rounds (0: 3 x trial_blocks x trial_block_rounds) rounds after its start."""
-    cfg = EvidenceConfig(trial_at_limit=at_limit)
+    cfg = EvidenceSettings(trial_at_limit=at_limit)
     assert cfg.max_rounds == 24
     slow = effect(0.05, -0.1, 0.2, 3, 2)
     assert judge(slow, 23, cfg).action == GO_ON
@@ -233,8 +233,8 @@ def test_a_trial_that_runs_out_of_time_ends_at_its_limit(at_limit: str) -> None:
     # the setting, and its default with blocks of two rounds
     assert judge(slow, 10, dataclasses.replace(cfg, trial_max_rounds=10)).why.startswith("trial ran out of time")
     assert judge(slow, 9, dataclasses.replace(cfg, trial_max_rounds=10)).action == GO_ON
-    assert EvidenceConfig(trial_block_rounds=2).max_rounds == 48
-    assert judge(slow, 47, EvidenceConfig(trial_block_rounds=2)).action == GO_ON
+    assert EvidenceSettings(trial_block_rounds=2).max_rounds == 48
+    assert judge(slow, 47, EvidenceSettings(trial_block_rounds=2)).action == GO_ON
 
 
 def test_an_effect_without_an_estimate_goes_on() -> None:

@@ -1,4 +1,4 @@
-"""The error rates of the trial rule at the default EvidenceConfig, by simulation.
+"""The error rates of the trial rule at the default EvidenceSettings, by simulation.
 
 controller/evidence/trial.py's rule looks at the data every round, so its error rates are above
 the interval's nominal level; this module measures them on whole simulated trials and asserts
@@ -55,7 +55,7 @@ import pytest
 
 from controller.evidence.load import CELL_COLUMNS, GOODPUT_COLUMNS, Evidence, Trial
 from controller.evidence.model import ARMS, BBR, CUBIC, Effect, t_quantile, two_sample
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.evidence.trial import GO_ON, KEEP, REVERT, Verdict, arm_at, judge, next_arm
 
 BUCKET = 300  # s: production's 5-minute bucket
@@ -68,7 +68,7 @@ TRIALS = 2000
 SEED = 20240611
 LIMIT_REASONS = ("trial ended at its limit", "trial ran out of time")
 
-Rule = Callable[[Effect, int, EvidenceConfig], Verdict]
+Rule = Callable[[Effect, int, EvidenceSettings], Verdict]
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ def bucket_values(trials: int, buckets: int, noise: Noise, rng: np.random.Genera
     return mu + daily + walk + rng.normal(0.0, noise.sd, (trials, buckets))
 
 
-def effect_of(a: list[float], b: list[float], samples: int, cfg: EvidenceConfig) -> Effect:
+def effect_of(a: list[float], b: list[float], samples: int, cfg: EvidenceSettings) -> Effect:
     """`two_sample` (controller/evidence/model.py) of bbr values `a` against cubic values `b`,
     in plain Python: the same figures (its smallest detectable effect apart, which the rule does
     not read) without numpy's overhead on a handful of values, which would make the table
@@ -179,7 +179,7 @@ def run_trial(
     dropped: np.ndarray,
     i: int,
     effect: float,
-    cfg: EvidenceConfig,
+    cfg: EvidenceSettings,
     noise: Noise,
     rule: Rule,
 ) -> Outcome:
@@ -218,7 +218,7 @@ def run_trial(
 
 
 def draws(
-    effect: float, trials: int, cfg: EvidenceConfig, noise: Noise, asks: Asks, seed: int
+    effect: float, trials: int, cfg: EvidenceSettings, noise: Noise, asks: Asks, seed: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(base values, held, dropped) of `trials` trials, trials × max_rounds each; the values do
     not depend on `asks`, so the ideal and the realistic rows see the same buckets."""
@@ -232,13 +232,13 @@ def simulate(
     effect: float,
     asks: Asks | None = None,
     trials: int = TRIALS,
-    cfg: EvidenceConfig | None = None,
+    cfg: EvidenceSettings | None = None,
     noise: Noise | None = None,
     seed: int = SEED,
     rule: Rule = judge,
 ) -> Row:
     """`trials` whole trials at the true `effect`."""
-    cfg = cfg or EvidenceConfig()
+    cfg = cfg or EvidenceSettings()
     noise = noise or Noise()
     asks = asks or Asks()
     base, held, dropped = draws(effect, trials, cfg, noise, asks, seed)
@@ -263,7 +263,7 @@ def error_rate_table(
     trials: int = TRIALS,
     effects: Sequence[float] = EFFECTS,
     asks: Sequence[Asks] = ASKS,
-    cfg: EvidenceConfig | None = None,
+    cfg: EvidenceSettings | None = None,
     noise: Noise | None = None,
     seed: int = SEED,
 ) -> list[Row]:
@@ -317,7 +317,7 @@ def named_rates_table(rows: Sequence[Row]) -> str:
 def table() -> tuple[Row, ...]:
     started = time.perf_counter()
     rows = tuple(error_rate_table())
-    print(f"\n{TRIALS} trials per row, default EvidenceConfig, {time.perf_counter() - started:.1f} s\n")
+    print(f"\n{TRIALS} trials per row, default EvidenceSettings, {time.perf_counter() - started:.1f} s\n")
     print(format_table(rows))
     print()
     print(named_rates_table(rows))
@@ -356,7 +356,7 @@ def test_false_revert_rates_are_bounded(asks: Asks) -> None:
 
 @pytest.mark.parametrize("asks", ASKS, ids=lambda a: a.name)
 def test_real_effects_are_found(asks: Asks) -> None:
-    cfg = EvidenceConfig()
+    cfg = EvidenceSettings()
     for effect, bound in POWER.items():
         assert row(asks, effect).keep > bound
     for effect, bound in FOUND.items():
@@ -373,7 +373,7 @@ def test_unrealized_asks_cost_rounds_not_evidence() -> None:
     blocks and find about as much; no trial of the ideal case runs out of time."""
     for effect in EFFECTS:
         ideal, real = row(IDEAL, effect), row(Asks(), effect)
-        assert ideal.out_of_time == 0.0 and ideal.rounds == ideal.blocks <= EvidenceConfig().trial_blocks
+        assert ideal.out_of_time == 0.0 and ideal.rounds == ideal.blocks <= EvidenceSettings().trial_blocks
         assert real.rounds > ideal.rounds + 0.5  # the dropped buckets (a held one counts, for the arm in force)
         assert ideal.blocks - 0.1 < real.blocks < ideal.blocks + 0.5  # held buckets may unbalance a pair
         assert real.out_of_time < 0.01
@@ -382,7 +382,7 @@ def test_unrealized_asks_cost_rounds_not_evidence() -> None:
 
 
 def test_the_bounds_catch_a_rule_that_ignores_the_interval() -> None:
-    def point_rule(effect: Effect, rounds: int, cfg: EvidenceConfig) -> Verdict:
+    def point_rule(effect: Effect, rounds: int, cfg: EvidenceSettings) -> Verdict:
         if (effect.n_a + effect.n_b) // cfg.trial_block_rounds >= cfg.trial_min_blocks and effect.ok:
             return Verdict(KEEP if effect.estimate > 0 else REVERT, "point estimate")
         return judge(effect, rounds, cfg)
@@ -392,7 +392,7 @@ def test_the_bounds_catch_a_rule_that_ignores_the_interval() -> None:
 
 
 def test_effect_of_is_two_sample() -> None:
-    cfg = EvidenceConfig()
+    cfg = EvidenceSettings()
     rng = np.random.default_rng(5)
     for na, nb in [(0, 0), (1, 3), (2, 1), (2, 2), (3, 2), (4, 4), (6, 3)]:
         for _ in range(20):
@@ -411,7 +411,7 @@ def test_effect_of_is_two_sample() -> None:
 
 
 def test_the_ideal_trial_runs_the_planned_schedule() -> None:
-    cfg, noise = EvidenceConfig(), Noise()
+    cfg, noise = EvidenceSettings(), Noise()
     base, held, dropped = draws(0.2, 20, cfg, noise, IDEAL, 7)
     for i in range(20):
         out = run_trial(base[i], held[i], dropped[i], i, 0.2, cfg, noise, judge)
@@ -426,7 +426,7 @@ def test_the_simulated_effect_is_the_controllers() -> None:
     """Through Evidence (its window from the bucket boundary before the trial's start,
     arm_buckets and trial_effects: the controller's path) a simulated trial's buckets give the
     effect that `run_trial` judged at each round; a dropped bucket is a mixed one there."""
-    cfg, noise = EvidenceConfig(), Noise()
+    cfg, noise = EvidenceSettings(), Noise()
     asks = Asks(held=0.3, dropped=0.2)
     base, held, dropped = draws(0.2, 8, cfg, noise, asks, 7)
     assert held[:, :8].any() and dropped[:, :8].any()

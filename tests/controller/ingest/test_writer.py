@@ -18,9 +18,10 @@ from controller.ingest.columns import format_prefix
 from controller.ingest.writer import BatchWriter, Incoming
 from controller.store import ClusterStore, Store
 from schemas.tcpinfo_decode import decode_batch
-from schemas.tcpinfo_encode import BatchHeader, encode_batches
+from schemas.tcpinfo_encode import BatchHeader
 from tests.support.cluster_util import sync_replicas
 from tests.support.ingest_synth import synth_columns, synth_messages
+from tests.support.tcpinfo_batches import encode_batches
 
 
 def _msgs(rows: int, seed: int = 5, **kw: object) -> list[bytes]:

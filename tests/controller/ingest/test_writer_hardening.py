@@ -26,12 +26,13 @@ import pytest
 from controller.ingest.sequence import Gap, SeenBatch, SequenceTracker, find_fills
 from controller.ingest.writer import BatchWriter, Incoming
 from controller.store import ClickHouseStore, Store, StoreContentError, StoreError, StoreUnavailable, open_store
+from controller.store.errors import classify
 from controller.store.sql import query
-from dyncc_common.errors import classify
 from schemas.tcpinfo_columns import DEFAULT_MAX_BYTES
 from schemas.tcpinfo_decode import HEADER_LIMITS, BatchDecodeError, decode_batch, scan_batch
-from schemas.tcpinfo_encode import BatchHeader, encode_batches, encode_header, split_bodies
+from schemas.tcpinfo_encode import BatchHeader, encode_header
 from tests.support.ingest_synth import synth_columns
+from tests.support.tcpinfo_batches import encode_batches, split_bodies
 
 POLL_NS = 1_700_000_000 * 10**9
 SPAN = {"start": dt.datetime(2000, 1, 1), "end": dt.datetime(2100, 1, 1)}

@@ -10,12 +10,13 @@ import html
 import math
 import re
 
+import numpy as np
 import pytest
 
 from controller.evidence import summary as evidence_summary
 from controller.evidence.load import Evidence, Trial, stored_trials
 from controller.evidence.model import summary_line
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.report import data as report_data
 from controller.report import trials as report_trials
 from controller.report import write_report
@@ -56,7 +57,7 @@ def test_headline_equals_the_effect_model(store: Store, tmp_path):
     # (all of them ran in this window), buckets of the rounds' spacing, the report's min bytes
     trials = stored_trials(store, synth.end)
     assert len(trials) == len(synth.kind) == 2 * 8
-    ev = Evidence.load(store, EvidenceConfig(), trials, rs.TRIAL_ROUND_S, unix(synth.end), report_data.MIN_BYTES)
+    ev = Evidence.load(store, EvidenceSettings(), trials, rs.TRIAL_ROUND_S, unix(synth.end), report_data.MIN_BYTES)
     expected = evidence_summary.headline_lines(ev)
     head = headline_html(page)
     shown = [html.unescape(p) for p in re.findall(r"<p>(.*?)</p>", head)]
@@ -170,3 +171,33 @@ def test_spacing_is_the_median_round_gap():
     # a missed round and a re-run do not move the median; two POPs pool their gaps
     assert report_trials.spacing({"lax": [0, 30, 60, 120, 150, 150], "ord": [5, 35, 65]}) == 30
     assert report_trials.spacing({"lax": [0, 300, 600, 900]}) == 300
+
+
+def test_default_window_takes_in_a_round_at_the_end_of_the_data(store: Store):
+    """A lab's last round runs at the boundary its last bucket of data ends on: the default window
+    ends after that round, so its decisions (a running trial's last block) are in the report, as
+    they are in the lab's summary."""
+    rs.insert_trials(store, prefixes_per_pop=2, http=False)
+    span = report_data.data_span(store, "")
+    assert span is not None
+    boundary = span[1] + report_data.BUCKET  # the end of the last 5-minute bucket with data
+    ns = int(boundary.replace(tzinfo=dt.UTC).timestamp()) * 1_000_000_000
+    store.insert_columns(
+        "round_outcomes",
+        {
+            "round_id": ["r-last"],
+            "round_time": np.array([np.datetime64(boundary, "s")]),
+            "round_time_ns": np.array([ns], dtype="uint64"),
+            "pop": ["lax"],
+            "recorded_ns": np.array([ns], dtype="uint64"),
+            "status": ["published"],
+            "version": np.array([1], dtype="uint64"),
+            "prefixes": np.array([0], dtype="uint32"),
+            "reason": [""],
+        },
+    )
+    after = report_data.data_span(store, "")
+    assert after is not None and after[1] == boundary
+    window = report_data.default_window(after, None, None)
+    assert window is not None and window.end == boundary + report_data.BUCKET
+    assert report_data.data_span(store, "nowhere") is None  # no telemetry for the POP: no window

@@ -10,7 +10,7 @@ import pytest
 
 from controller.report import write_report
 from controller.report.asn import parse_asn_rows
-from controller.report.data import render_view, view_text
+from controller.report.data import view_query
 from controller.store import Store
 from dyncc.cli import main
 from tests.support import report_synth as rs
@@ -188,9 +188,7 @@ def synth_store(store: Store) -> tuple[Store, rs.Synth]:
 
 def run_view(store: Store, name: str):
     end = rs.T0 + dt.timedelta(hours=rs.HOURS)
-    sql = view_text(name)
-    assert "$__timeFilter(" in sql and sql.lstrip().startswith("-- Grafana")
-    return store.query_df(render_view(sql, rs.T0, end))
+    return store.query_df(view_query(name, rs.T0, end))
 
 
 def test_views_run_and_return_expected_rows(synth_store):

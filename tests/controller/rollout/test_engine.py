@@ -13,7 +13,7 @@ from controller.rollout import records as rs
 from controller.rollout.cli import rollout_status
 from controller.rollout.generate import fingerprint
 from controller.rollout.publish import Publisher
-from controller.rollout.settings import RolloutConfig
+from controller.rollout.settings import RolloutSettings
 from controller.store import Store
 from schemas.congestion_pb2 import ApplyStatus, CongestionConfig, PrefixEntry
 from schemas.signing import load_public_key, verify
@@ -290,9 +290,9 @@ def test_rollout_status_action_prints_hosts(env: Env, capsys: pytest.CaptureFixt
 
 
 def test_settings_built_directly_take_the_defaults(store: Store, tmp_path: Path) -> None:
-    """The lab builds a RolloutConfig directly, naming only a few settings."""
+    """The lab builds a RolloutSettings directly, naming only a few settings."""
     private, _ = make_keys(tmp_path)
-    cfg = RolloutConfig(publish_dir=tmp_path / "cfg", private_key=private)
+    cfg = RolloutSettings(publish_dir=tmp_path / "cfg", private_key=private)
     publish_round(Publisher(store, cfg), [desired("lax", D1)])
     assert CongestionConfig.FromString((tmp_path / "cfg" / "lax.cfg").read_bytes()).version == 1
 

@@ -24,7 +24,7 @@ from tests.support.rollout_util import (
     publisher,
     read_configs,
     read_topic,
-    rollout_config,
+    rollout_settings,
     run_control,
 )
 
@@ -192,8 +192,8 @@ def test_publish_needs_key_and_destination(store: Store, tmp_path: Path) -> None
     from dyncc_common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--key PRIVATE_PEM is required"):
-        Publisher(store, rollout_config(["--publish-dir", str(tmp_path)]))
+        Publisher(store, rollout_settings(["--publish-dir", str(tmp_path)]))
     private, _ = make_keys(tmp_path)
     with pytest.raises(ConfigError, match="nowhere to publish"):
-        Publisher(store, rollout_config(["--key", str(private)]))
+        Publisher(store, rollout_settings(["--key", str(private)]))
     assert store.query_rows("SELECT count() FROM config_versions")[0][0] == 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from controller.rollout.generate import build_config
-from controller.rollout.validate import ValidationPolicy, parse_deny, validate
+from controller.rollout.settings import parse_deny
+from controller.rollout.validate import ValidationPolicy, validate
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 
 GOOD = ["192.0.2.0/24", "198.51.100.0/24", "2001:db8:0:100::/56"]

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from controller.scoring.decide import decide, empty_state, holdout_hash, summarize
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 
 
 def cell(df: pd.DataFrame, prefix: str, column: str) -> Any:
@@ -21,7 +21,7 @@ def row_of(df: pd.DataFrame, prefix: str) -> dict[str, Any]:
 
 NOW = 1_709_294_430  # 2024-03-01 12:00:30 UTC
 HOUR = 3600
-CFG = ScoringConfig(holdout_fraction=0.0)
+CFG = ScoringSettings(holdout_fraction=0.0)
 
 
 def score(
@@ -79,7 +79,7 @@ def state(
 
 
 def run(
-    scores: list[dict], previous: list[dict] | None = None, cfg: ScoringConfig = CFG, now: int = NOW
+    scores: list[dict], previous: list[dict] | None = None, cfg: ScoringSettings = CFG, now: int = NOW
 ) -> pd.DataFrame:
     prev = pd.DataFrame(previous) if previous else empty_state()
     return decide(pd.DataFrame(scores), prev, now, cfg).set_index("prefix")
@@ -133,7 +133,7 @@ def test_without_trials_a_point_ratio_never_reverts() -> None:
 
 
 def test_holdout_is_stable_hash_fraction() -> None:
-    cfg = ScoringConfig(holdout_fraction=0.5)
+    cfg = ScoringSettings(holdout_fraction=0.5)
     prefixes = [f"10.0.{i}.0/24" for i in range(40)]
     out = run([score(p) for p in prefixes], cfg=cfg)
     expected = {p: "holdout" if holdout_hash("p1", p, cfg.holdout_salt) < 0.5 else "select" for p in prefixes}
@@ -150,7 +150,7 @@ def test_holdout_is_stable_hash_fraction() -> None:
 
 
 def test_caps_take_the_worst_duty_first() -> None:
-    cfg = ScoringConfig(holdout_fraction=0.0, max_new_per_round=2, max_per_pop=3)
+    cfg = ScoringSettings(holdout_fraction=0.0, max_new_per_round=2, max_per_pop=3)
     out = run(
         [
             score("10.0.1.0/24", duty=0.7),
@@ -171,7 +171,7 @@ def test_caps_take_the_worst_duty_first() -> None:
         "10.0.9.0/24": "keep",
     }
     assert cell(out, "10.0.1.0/24", "reason").startswith("capped")
-    cfg_full = ScoringConfig(holdout_fraction=0.0, max_per_pop=1)
+    cfg_full = ScoringSettings(holdout_fraction=0.0, max_per_pop=1)
     kept = [state("10.0.9.0/24", "keep", selected_since=NOW - HOUR)]
     full = run([score("10.0.2.0/24")], kept, cfg=cfg_full)
     assert cell(full, "10.0.2.0/24", "decision") == "skip"

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from controller.scoring.decide import ON_BBR, STATE_COLUMNS, decide, empty_state, summarize
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from tests.support.decide_reference import reference_decide
 
 NOW = 1_709_294_430
@@ -34,7 +34,7 @@ def _pick(rng: np.random.Generator, values: list[float], n: int) -> np.ndarray:
     return np.array(values, dtype="float64")[rng.integers(0, len(values), n)]
 
 
-def random_case(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, ScoringConfig, int]:
+def random_case(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, ScoringSettings, int]:
     rng = np.random.default_rng(seed)
     pops = [f"pop{i}" for i in range(int(rng.integers(1, 4)))]
     names = _prefixes(rng, int(rng.integers(0, 120)))
@@ -86,7 +86,7 @@ def random_case(seed: int) -> tuple[pd.DataFrame, pd.DataFrame, ScoringConfig, i
             "trial_high": np.full(m, math.nan),
         }
     )
-    cfg = ScoringConfig(
+    cfg = ScoringSettings(
         min_buckets=int(rng.integers(1, 20)),
         holdout_fraction=float(rng.choice([0.0, 0.1, 0.5, 1.0])),
         max_per_pop=int(rng.choice([0, 3, 10, 1000])),
@@ -134,7 +134,7 @@ def test_the_comparison_can_fail() -> None:
     """A changed rule shows: the reference with another cap decides differently."""
     scores, state, cfg, _ = random_case(4)
     ref = reference_decide(scores, state, NOW, cfg)
-    other = ScoringConfig(max_new_per_round=0, min_buckets=1, holdout_fraction=0.0)
+    other = ScoringSettings(max_new_per_round=0, min_buckets=1, holdout_fraction=0.0)
     with pytest.raises(AssertionError):
         assert_same(decide(scores, state, NOW, other), ref)
 

@@ -13,15 +13,15 @@ import pandas as pd
 
 from controller.evidence.load import CELL_COLUMNS, GOODPUT_COLUMNS, Evidence, Trial
 from controller.evidence.model import BBR, CUBIC, Effect
-from controller.evidence.settings import EvidenceConfig
+from controller.evidence.settings import EvidenceSettings
 from controller.evidence.trial import arm_at, next_arm
 from controller.scoring.decide import decide, empty_state, summarize
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from tests.controller.scoring.test_decide import NOW, score, state
 
 B = 300
-CFG = ScoringConfig(holdout_fraction=0.0)
-EV = EvidenceConfig()
+CFG = ScoringSettings(holdout_fraction=0.0)
+EV = EvidenceSettings()
 P = "192.0.2.0/24"
 
 
@@ -189,7 +189,7 @@ def test_trials_count_against_the_cap_and_a_denied_trial_is_reverted() -> None:
         pd.DataFrame([score(P), score("198.51.100.0/24")]),
         pd.DataFrame([trial_state(since)]),
         NOW,
-        ScoringConfig(holdout_fraction=0.0, max_per_pop=1),
+        ScoringSettings(holdout_fraction=0.0, max_per_pop=1),
         evidence=EV,
         trial_effects={},
         refuse=None,

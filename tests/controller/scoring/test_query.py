@@ -11,7 +11,7 @@ import pandas as pd
 
 from controller.scoring.query import prefix_timeline, refresh, score_prefixes, window_for
 from controller.scoring.round import run_round
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.scoring.state import load_previous
 from controller.store import Store
 from tests.support import scoring_synth as synth
@@ -27,7 +27,7 @@ def row_of(df: pd.DataFrame, prefix: str) -> dict[str, Any]:
 
 
 NOW = dt.datetime(2024, 3, 1, 12, 0, 30, tzinfo=dt.UTC)
-CFG = ScoringConfig(holdout_fraction=0.0)
+CFG = ScoringSettings(holdout_fraction=0.0)
 
 SPECIAL = {
     "203.0.113.0/24": synth.STEADY_BAD,

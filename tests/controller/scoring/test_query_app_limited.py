@@ -20,16 +20,15 @@ import pytest
 from controller.scoring.explain import explain
 from controller.scoring.query import prefix_timeline, refresh, score_prefixes, window_for
 from controller.scoring.round import run_round
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.store import Store, open_store
-from controller.store import sql as sql_template
 from controller.store.migrate import apply_migrations
-from controller.store.sql import migrations
+from controller.store.sql import migrations, render_markers, split_statements
 from tests.support import scoring_synth as synth
 from tests.support.scoring_reference import reference_scores
 
 NOW = dt.datetime(2024, 3, 1, 12, 0, 30, tzinfo=dt.UTC)
-CFG = ScoringConfig(holdout_fraction=0.0)
+CFG = ScoringSettings(holdout_fraction=0.0)
 RAW_CFG = replace(CFG, bucket_seconds=60, lookback_seconds=36 * 60)  # not 5 minutes: raw tcpinfo
 BUCKETS = 36
 
@@ -52,14 +51,14 @@ def population() -> dict[str, synth.Pattern]:
     return patterns
 
 
-def load(store: Store, cfg: ScoringConfig, pop: str = "pop1", seed: int = 1) -> pd.DataFrame:
+def load(store: Store, cfg: ScoringSettings, pop: str = "pop1", seed: int = 1) -> pd.DataFrame:
     window = window_for(NOW, cfg)
     samples = synth.samples_frame(pop, population(), int(window.start.timestamp()), BUCKETS, cfg.bucket_seconds, seed)
     synth.insert_samples(store, samples)
     return samples
 
 
-def scores_of(store: Store, cfg: ScoringConfig, version: int, pop: str = "pop1") -> pd.DataFrame:
+def scores_of(store: Store, cfg: ScoringSettings, version: int, pop: str = "pop1") -> pd.DataFrame:
     window = window_for(NOW, cfg)
     keys = refresh(store, cfg, window, pop, version)
     return score_prefixes(store, cfg, window, pop, keys)
@@ -80,11 +79,11 @@ def test_source_names_the_mode() -> None:
     assert CFG.source == "rollup:nal" and replace(CFG, include_app_limited=True).source == "rollup"
     assert RAW_CFG.source == "raw:60:102400:nal"
     assert replace(RAW_CFG, include_app_limited=True).source == "raw:60:102400"
-    assert ScoringConfig.from_sources({"include_app_limited": True}).include_app_limited
+    assert ScoringSettings.from_sources({"include_app_limited": True}).include_app_limited
 
 
 @pytest.mark.parametrize("cfg", [CFG, RAW_CFG], ids=["rollup", "raw"])
-def test_app_limited_samples_count_only_with_the_setting(store: Store, cfg: ScoringConfig) -> None:
+def test_app_limited_samples_count_only_with_the_setting(store: Store, cfg: ScoringSettings) -> None:
     samples = load(store, cfg)
     window = window_for(NOW, cfg)
     included = replace(cfg, include_app_limited=True)
@@ -118,7 +117,7 @@ def test_app_limited_samples_count_only_with_the_setting(store: Store, cfg: Scor
 
 
 @pytest.mark.parametrize("cfg", [CFG, RAW_CFG], ids=["rollup", "raw"])
-def test_explain_shows_the_share_left_out(store: Store, cfg: ScoringConfig) -> None:
+def test_explain_shows_the_share_left_out(store: Store, cfg: ScoringSettings) -> None:
     load(store, cfg)
     window = window_for(NOW, cfg)
     keys = refresh(store, cfg, window, "pop1", 1)
@@ -173,7 +172,7 @@ def test_migration_009_on_a_store_with_telemetry(store_url: str) -> None:
 
         # re-runnable: each statement of 009 again (as after a run that failed half-way)
         m009 = next(m for m in migrations() if m.version == 9)
-        statements = sql_template.split_statements(sql_template.render_markers(m009.text, store.version()))
+        statements = split_statements(render_markers(m009.text, store.version()))
         assert len(statements) == 2
         for statement in statements:
             store.execute(statement)

@@ -32,17 +32,16 @@ from controller.scoring.query import (
     window_for,
 )
 from controller.scoring.round import run_round
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.store import Store, open_store
-from controller.store import sql as sql_template
 from controller.store.migrate import apply_migrations
-from controller.store.sql import migrations, query
+from controller.store.sql import migrations, query, render_markers, split_statements
 from schemas.addresses import MAPPED_PREFIX, format_prefixes, mapped_to_ipv4, prefix_family
 from tests.support import scoring_synth as synth
 from tests.support.scoring_reference import reference_scores
 
 NOW = dt.datetime(2024, 3, 1, 12, 0, 30, tzinfo=dt.UTC)
-CFG = ScoringConfig(holdout_fraction=0.0)  # min_samples 5 per bucket
+CFG = ScoringSettings(holdout_fraction=0.0)  # min_samples 5 per bucket
 RAW_CFG = replace(CFG, bucket_seconds=20, lookback_seconds=720)  # 36 buckets read from raw tcpinfo
 AF_INET, AF_INET6 = 2, 10
 
@@ -81,7 +80,7 @@ def dual_stack_samples(start: int, buckets: int, bucket_seconds: int) -> pd.Data
     return df.assign(family=family.astype("uint8"))
 
 
-def load(store: Store, cfg: ScoringConfig, buckets: int = 36) -> tuple[Window, pd.DataFrame]:
+def load(store: Store, cfg: ScoringSettings, buckets: int = 36) -> tuple[Window, pd.DataFrame]:
     window = window_for(NOW, cfg)
     samples = dual_stack_samples(int(window.start.timestamp()), buckets, cfg.bucket_seconds)
     synth.insert_samples(store, samples)
@@ -102,7 +101,7 @@ def assert_one_client_network(scores: pd.DataFrame, window: Window) -> None:
 
 
 @pytest.mark.parametrize("cfg", [CFG, RAW_CFG], ids=["rollup", "raw"])
-def test_dual_stack_prefix_is_scored_once(store: Store, cfg: ScoringConfig) -> None:
+def test_dual_stack_prefix_is_scored_once(store: Store, cfg: ScoringSettings) -> None:
     window, samples = load(store, cfg)
     assert set(samples.loc[samples["prefix"] == DUAL_SPLIT, "family"]) == {AF_INET, AF_INET6}
     raw = store.query_rows("SELECT DISTINCT family FROM tcpinfo WHERE prefix = %(p)s", {"p": DUAL_SPLIT})
@@ -124,7 +123,7 @@ def test_dual_stack_prefix_is_scored_once(store: Store, cfg: ScoringConfig) -> N
 
 def test_rollup_read_one_row_per_prefix(store: Store) -> None:
     window, _ = load(store, CFG, buckets=2)
-    df = store.query_df(query("rollup_read"), {"pop": "pop1", "start": window.start, "end": window.end})
+    df = store.query_df(query("store_rollup_read"), {"pop": "pop1", "start": window.start, "end": window.end})
     assert len(df) == 2 * len(PATTERNS)
     assert not df.duplicated(["bucket", "prefix"]).any()
     prefixes = df["prefix"].map(text)
@@ -264,7 +263,7 @@ def test_migration_006_repairs_stored_data(store_url: str) -> None:
 
         # re-runnable: 006's statements again (as after a run that failed half-way), then a round
         m006 = next(m for m in migrations() if m.version == 6)
-        for statement in sql_template.split_statements(sql_template.render_markers(m006.text, store.version())):
+        for statement in split_statements(render_markers(m006.text, store.version())):
             store.execute(statement)
         wait_mutations(store, "selections")
         result = run_round(store, old, NOW, pop="pop1")

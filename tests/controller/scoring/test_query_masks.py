@@ -25,7 +25,7 @@ from controller.scoring.query import (
     timeline_sql,
     window_for,
 )
-from controller.scoring.settings import ScoringConfig
+from controller.scoring.settings import ScoringSettings
 from controller.store import Store
 from controller.store.sql import query, splice
 from tests.support import scoring_synth as synth
@@ -55,7 +55,7 @@ def random_samples(start: int, buckets: int, seed: int) -> pd.DataFrame:
 @pytest.mark.parametrize("buckets", [36, 64, 70])
 def test_scores_match_the_reference(store: Store, buckets: int) -> None:
     cfg = replace(
-        ScoringConfig(), bucket_seconds=BUCKET, lookback_seconds=BUCKET * buckets, min_samples=2, min_buckets=2
+        ScoringSettings(), bucket_seconds=BUCKET, lookback_seconds=BUCKET * buckets, min_samples=2, min_buckets=2
     )
     window = window_for(NOW, cfg)
     assert window.buckets == buckets and packs_masks(window) == (buckets <= 64)

@@ -16,6 +16,7 @@ import pytest
 
 from controller.rollout import records as rs
 from controller.store import Store
+from controller.store.outcomes import PUBLISHED, REJECTED
 from controller.store.pops import known_pops, unknown_pop_message
 from dyncc.cli import main as dyncc
 from schemas.congestion_pb2 import CongestionConfig
@@ -35,8 +36,8 @@ def _config(store: Store, pop: str, status: str) -> None:
 @pytest.fixture
 def known(store: Store) -> Store:
     synth.insert_samples(store, synth.samples_frame("pop-a", PATTERNS, START, 36))
-    _config(store, "pop-b", rs.PUBLISHED)
-    _config(store, "pop-c", rs.REJECTED)
+    _config(store, "pop-b", PUBLISHED)
+    _config(store, "pop-c", REJECTED)
     return store
 
 
@@ -99,8 +100,10 @@ def test_explain_unknown_pop_is_exit_2(known: Store, store_url: str, capsys: pyt
 
     assert dyncc([*base, "--pop", "pop-a"]) == 0
     assert "prefix 203.0.113.0/24 at POP pop-a" in capsys.readouterr().out
-    assert dyncc([*base, "--pop", "pop-b"]) == 0  # known by its published config alone
-    assert "the prefix has no data in the window" in capsys.readouterr().out
+    # a known POP (by its published config alone) where the prefix has neither data nor a decision:
+    # an unknown prefix there, one line and exit 2
+    assert dyncc([*base, "--pop", "pop-b"]) == 2
+    assert "unknown prefix 203.0.113.0/24 at POP pop-b" in _one_line(capsys)
 
 
 def test_report_unknown_pop_is_exit_2(

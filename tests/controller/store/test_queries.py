@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from controller.rollout.records import p10_window
+from controller.rollout.records import p10_window, rollbacks, save_state
+from controller.rollout.state import CANARY, IDLE, RolloutState
 from controller.store import Store, StoreError
 
 T0 = 1_767_225_600  # 2026-01-01 00:00:00 UTC
@@ -47,3 +48,33 @@ def test_p10_window_filters_by_prefixes_sent_as_data(store: Store) -> None:
     # 20000 prefixes: ~600 KB as SQL text, over ClickHouse's 256 KiB max_query_size
     many = p10_window(store, "p1", ["h1"], start, end, [*_prefixes(20_000), "192.0.2.0/24"])
     assert many.samples == rows
+
+
+def test_rollbacks_reads_the_rollback_rows_of_a_window(store: Store) -> None:
+    def at(s: int) -> int:
+        return (T0 + s) * 10**9
+
+    save_state(store, RolloutState("lax", CANARY, "canary", candidate_version=3, wave_version=3, updated_ns=at(10)))
+    reason = "canary wave v3 regressed: p10 -62%"
+    save_state(
+        store,
+        RolloutState(
+            "lax",
+            IDLE,
+            "rollback",
+            stable_version=4,
+            candidate_version=3,
+            wave_version=4,
+            reason=reason,
+            updated_ns=at(20),
+        ),
+    )
+    save_state(store, RolloutState("ord", IDLE, "rollback_rejected", candidate_version=7, updated_ns=at(30)))
+    save_state(store, RolloutState("ord", IDLE, "rollback", candidate_version=9, updated_ns=at(90)))  # after the window
+    got = rollbacks(store, at(0), at(60))
+    assert [(r.pop, r.event, r.candidate_version, r.wave_version, r.updated_ns) for r in got] == [
+        ("lax", "rollback", 3, 4, at(20)),
+        ("ord", "rollback_rejected", 7, 0, at(30)),
+    ]
+    assert got[0].reason == reason and got[0].stable_version == 4
+    assert rollbacks(store, at(21), at(29)) == []

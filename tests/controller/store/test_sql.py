@@ -9,56 +9,66 @@ from pathlib import Path
 
 import pytest
 
-from controller.store import sql as sql_params
-from controller.store import sql as sql_template
+from controller.store.sql import (
+    parse_version,
+    quote,
+    render,
+    render_markers,
+    render_time_filter,
+    slots,
+    splice,
+    split_statements,
+    strip_comments,
+    values_list,
+)
 
 
 def test_markers_vanish_on_18_16() -> None:
     sql = "a {{lowcard(String)}}, b UInt8 {{codec(Delta, ZSTD(1))}}) {{ttl(t + INTERVAL 1 DAY)}}"
-    assert sql_template.render_markers(sql, (18, 16, 1)) == "a String, b UInt8 ) "
+    assert render_markers(sql, (18, 16, 1)) == "a String, b UInt8 ) "
 
 
 def test_markers_expand_on_new_servers() -> None:
     sql = "a {{lowcard(String)}}, b UInt8 {{codec(Delta, ZSTD(1))}} {{ttl(t + INTERVAL 1 DAY)}}"
-    assert sql_template.render_markers(sql, (26, 9, 2, 1)) == (
+    assert render_markers(sql, (26, 9, 2, 1)) == (
         "a LowCardinality(String), b UInt8 CODEC(Delta, ZSTD(1)) TTL t + INTERVAL 1 DAY"
     )
 
 
 def test_unknown_marker_is_an_error() -> None:
     with pytest.raises(ValueError, match="unknown SQL template marker"):
-        sql_template.render_markers("{{frobnicate(x)}}", (20, 1))
+        render_markers("{{frobnicate(x)}}", (20, 1))
 
 
 def test_split_statements_drops_comments() -> None:
     text = "-- header\nCREATE TABLE a (x UInt8) ENGINE = Memory;\n\n-- c\nSELECT 1;\n"
-    assert sql_template.split_statements(text) == ["CREATE TABLE a (x UInt8) ENGINE = Memory", "SELECT 1"]
+    assert split_statements(text) == ["CREATE TABLE a (x UInt8) ENGINE = Memory", "SELECT 1"]
 
 
 def test_parse_version() -> None:
-    assert sql_template.parse_version("18.16.1") == (18, 16, 1)
-    assert sql_template.parse_version("26.9.2.1") == (26, 9, 2, 1)
+    assert parse_version("18.16.1") == (18, 16, 1)
+    assert parse_version("26.9.2.1") == (26, 9, 2, 1)
     with pytest.raises(ValueError):
-        sql_template.parse_version("banana")
+        parse_version("banana")
 
 
 def test_quote_values() -> None:
-    assert sql_params.quote("it's") == "'it\\'s'"
-    assert sql_params.quote(["a", 1]) == "['a', 1]"
-    assert sql_params.quote(dt.datetime(2026, 1, 2, 3, 4, 5)) == "toDateTime('2026-01-02 03:04:05', 'UTC')"
-    assert sql_params.quote(b"\x01\xff") == "unhex('01ff')"
+    assert quote("it's") == "'it\\'s'"
+    assert quote(["a", 1]) == "['a', 1]"
+    assert quote(dt.datetime(2026, 1, 2, 3, 4, 5)) == "toDateTime('2026-01-02 03:04:05', 'UTC')"
+    assert quote(b"\x01\xff") == "unhex('01ff')"
     with pytest.raises(TypeError):
-        sql_params.quote(object())
+        quote(object())
     with pytest.raises(ValueError):
-        sql_params.quote(float("nan"))
+        quote(float("nan"))
 
 
 def test_render_requires_every_parameter() -> None:
-    assert sql_params.render("SELECT %(a)s", {"a": 5}) == "SELECT 5"
+    assert render("SELECT %(a)s", {"a": 5}) == "SELECT 5"
     with pytest.raises(KeyError):
-        sql_params.render("SELECT %(a)s, %(b)s", {"a": 5})
+        render("SELECT %(a)s, %(b)s", {"a": 5})
     with pytest.raises(KeyError):
-        sql_params.render("SELECT %(a)s", None)
+        render("SELECT %(a)s", None)
 
 
 # ---- the one template module: {{slot}} splicing, values lists, Grafana's $__timeFilter
@@ -70,29 +80,29 @@ PRODUCT_PACKAGES = ("controller", "collector", "schemas", "dyncc_common")
 
 def test_splice_inserts_parts_without_comments_and_checks_slots() -> None:
     sql = "-- uses {{source}} here\nSELECT a FROM ({{source}}) AS s\nJOIN ({{ groups }}) USING (a)"
-    out = sql_template.splice(sql, {"source": "-- the source\nSELECT a FROM t -- why\n", "groups": "SELECT a FROM g"})
+    out = splice(sql, {"source": "-- the source\nSELECT a FROM t -- why\n", "groups": "SELECT a FROM g"})
     assert out == "SELECT a FROM (SELECT a FROM t -- why\n) AS s\nJOIN (SELECT a FROM g\n) USING (a)"
     assert "uses" not in out and "the source" not in out
     with pytest.raises(ValueError, match="groups"):
-        sql_template.splice(sql, {"source": "SELECT 1"})  # a slot left empty
+        splice(sql, {"source": "SELECT 1"})  # a slot left empty
     with pytest.raises(ValueError, match="extra"):
-        sql_template.splice("SELECT 1", {"extra": "SELECT 2"})  # a part with no slot
+        splice("SELECT 1", {"extra": "SELECT 2"})  # a part with no slot
     # a part is inserted as is: a slot inside it is not expanded again
-    assert sql_template.splice("SELECT * FROM ({{s}})", {"s": "SELECT '{{s}}'"}) == "SELECT * FROM (SELECT '{{s}}'\n)"
+    assert splice("SELECT * FROM ({{s}})", {"s": "SELECT '{{s}}'"}) == "SELECT * FROM (SELECT '{{s}}'\n)"
 
 
 def test_splice_leaves_markers_data_and_parameters_alone() -> None:
     sql = "SELECT {{ipv6(FixedString(16))}}, %(pop)s FROM {{data}} WHERE x IN ({{keys}})"
-    assert sql_template.slots(sql) == {"keys"}
-    out = sql_template.splice(sql, {"keys": sql_template.values_list([("a", 1), ("b", 2)])})
+    assert slots(sql) == {"keys"}
+    out = splice(sql, {"keys": values_list([("a", 1), ("b", 2)])})
     assert out == "SELECT {{ipv6(FixedString(16))}}, %(pop)s FROM {{data}} WHERE x IN (('a', 1), ('b', 2)\n)"
     with pytest.raises(ValueError):
-        sql_template.values_list([])
+        values_list([])
 
 
 def test_render_time_filter_is_grafanas_macro() -> None:
     sql = "SELECT 1 FROM t WHERE $__timeFilter( time ) AND $__timeFilter(ts)"
-    assert sql_template.render_time_filter(sql, 10, 20) == (
+    assert render_time_filter(sql, 10, 20) == (
         "SELECT 1 FROM t WHERE time >= toDateTime(10) AND time <= toDateTime(20)"
         " AND ts >= toDateTime(10) AND ts <= toDateTime(20)"
     )
@@ -102,7 +112,7 @@ def test_query_files_use_only_the_one_slot_syntax() -> None:
     """No `{x}` or /*MARKER*/ splices left: every slot of a query file is {{x}}."""
     old_slot = re.compile(r"(?<!\{)\{\w+\}(?!\})")
     for path in sorted((REPO / "sql").rglob("*.sql")):
-        code = sql_template.strip_comments(path.read_text())
+        code = strip_comments(path.read_text())
         assert not old_slot.search(code), path.name
         assert "/*" not in code, path.name
         assert "{{" not in code or path.parent.name in ("queries", "migrations"), path.name

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from dyncc.lab import delay
 from dyncc.lab.delay import DelayError, DelayMap, DelayRelay
+from tests.support.lab_util import map_text
 from tests.support.netns_util import namespaces, new_ns_name, require_root
 
 
@@ -79,7 +80,7 @@ _nets = st.one_of(
 
 @given(st.dictionaries(_nets, st.floats(0, 10_000, allow_nan=False).map(lambda x: round(x, 3)), max_size=20))
 def test_map_text_round_trip(mapping):
-    assert delay.parse_map_text(delay.map_text(mapping)) == mapping
+    assert delay.parse_map_text(map_text(mapping)) == mapping
 
 
 @given(st.text(max_size=200))

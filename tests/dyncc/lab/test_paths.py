@@ -26,6 +26,7 @@ import pytest
 from dyncc.lab import bpf_build, paths
 from dyncc.lab.delay import TUN_PATH, DelayRelay
 from dyncc.lab.paths import PathClass, PathError, PathSpec
+from tests.support.lab_util import delay_teardown_commands, shaping_teardown_commands
 from tests.support.netns_util import namespaces, new_ns_name, require_root, sh, veth_pair
 
 DOC_NETS = [ipaddress.ip_network(n) for n in ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32")]
@@ -149,11 +150,11 @@ def test_change_loss_delay_teardown_commands():
     assert all(c[c.index("lookup") + 1] == "7" and c[c.index("pref") + 1] == "70" for c in rules)
     routes = [c for c in delay if "route" in c]
     assert len(routes) == 2 and all(c[-4:] == ["dev", "dly0", "table", "7"] for c in routes)
-    down = paths.delay_teardown_commands("hpa-r", ["p0lossy", "p0deep"], tun="dly0", table=7, pref=70)
+    down = delay_teardown_commands("hpa-r", ["p0lossy", "p0deep"], tun="dly0", table=7, pref=70)
     assert [c[4:5] for c in down[:4]] == [["rule"]] * 4 and down[-1][3:6] == ["tuntap", "del", "dev"]
     assert paths.sender_commands("hpa-e", "eth0") == [["ip", "-n", "hpa-e", "link", "set", "dev", "eth0",
                                                        "gso_max_segs", "1"]]  # fmt: skip
-    assert [c[3:5] for c in paths.shaping_teardown_commands("n", "d")] == [["qdisc", "del"]] * 2
+    assert [c[3:5] for c in shaping_teardown_commands("n", "d")] == [["qdisc", "del"]] * 2
     assert paths.classid(0) == "1:100" and paths.classid(0xFF) == "1:1ff"
     with pytest.raises(PathError):
         paths.classid(-1)
@@ -294,7 +295,7 @@ def test_htb_u32_one_class_per_prefix():
         show = sh("tc", "-n", lab.rtr, "class", "show", "dev", "cli", "classid", "1:101")
         assert "rate 3Mbit" in show, show
         assert "limit 10p" in sh("tc", "-n", lab.rtr, "qdisc", "show", "dev", "cli", "parent", "1:101")
-        for cmd in paths.shaping_teardown_commands(lab.rtr, "cli"):
+        for cmd in shaping_teardown_commands(lab.rtr, "cli"):
             sh(*cmd, check=False)
         assert "htb" not in sh("tc", "-n", lab.rtr, "qdisc", "show", "dev", "cli")
 
@@ -317,7 +318,7 @@ def test_bpf_drops_about_the_fraction(tmp_path):
         assert seen >= n
         sd = math.sqrt(n * loss * (1 - loss))
         assert abs(dropped - n * loss) < 5 * sd, (dropped, n * loss)  # ~1e-6 to fail by chance
-        for cmd in paths.shaping_teardown_commands(lab.rtr, "cli"):
+        for cmd in shaping_teardown_commands(lab.rtr, "cli"):
             sh(*cmd, check=False)
         assert "clsact" not in sh("tc", "-n", lab.rtr, "qdisc", "show", "dev", "cli")
 
@@ -379,7 +380,7 @@ def test_relay_delays_by_source_prefix(tmp_path):
             assert got[2] < 2, got
         finally:
             assert relay.stop() in (0, None)
-            for cmd in paths.delay_teardown_commands(lab.rtr, ["cli"]):
+            for cmd in delay_teardown_commands(lab.rtr, ["cli"]):
                 sh(*cmd, check=False)
         assert paths.DELAY_DEV not in sh("ip", "-n", lab.rtr, "link", "show")
         for fam in ("-4", "-6"):

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from dyncc.lab import http_load, web
 from dyncc_common.errors import ConfigError
+from tests.support.lab_util import mean_size
 from tests.support.netns_util import namespaces, new_ns_name, ns_sh, require_root, sh, veth_pair
 
 # the contract of the brief, byte for byte
@@ -56,9 +57,9 @@ def test_catalogue_size_mix() -> None:
     assert any(KB100 - 12_000 < s + 300 < KB100 for s in sizes)
     below = sum(o.weight for o in objs if o.size < KB100) / sum(o.weight for o in objs)
     assert 0.4 < below < 0.75
-    assert 200_000 < web.mean_size(objs) < 1_000_000
+    assert 200_000 < mean_size(objs) < 1_000_000
     # copies share a size's weight
-    assert web.mean_size(web.catalogue(1)) == pytest.approx(web.mean_size(objs))
+    assert mean_size(web.catalogue(1)) == pytest.approx(mean_size(objs))
     with pytest.raises(ConfigError):
         web.catalogue(0)
 

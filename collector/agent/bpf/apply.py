@@ -2,7 +2,7 @@
 
 `BpfApplier` has the route applier's interface (`apply`, `owned_count`, `in_force`,
 `describe_health`, `close`).  One apply: compute the exact map contents
-(collector/agent/bpf_plan.py), load and pin the program if needed, dump the maps, write
+(collector/agent/bpf/plan.py), load and pin the program if needed, dump the maps, write
 deletes then updates, read every entry back and compare with the plan, then make sure the
 program is attached to the cgroup.  Any write error, read-back difference or attach failure
 restores the maps exactly as they were before the apply and reports failure.  An empty set
@@ -18,8 +18,8 @@ import time
 from collections.abc import Mapping
 
 from collector.agent.apply import ApplyOutcome
-from collector.agent.bpf_maps import BPF_MAP_TYPE_LPM_TRIE, BPF_MAP_TYPE_PERCPU_ARRAY, BpfMapError, PinnedMap
-from collector.agent.bpf_plan import (
+from collector.agent.bpf.maps import BPF_MAP_TYPE_LPM_TRIE, BPF_MAP_TYPE_PERCPU_ARRAY, BpfMapError, PinnedMap
+from collector.agent.bpf.plan import (
     KEY_SIZES,
     MAP_STATS,
     SELECTION_MAPS,
@@ -30,8 +30,8 @@ from collector.agent.bpf_plan import (
     entries_of,
     readback_problems,
 )
-from collector.agent.bpf_plan import desired_maps as plan_maps
-from collector.agent.bpf_prog import BpfProgram, BpfProgramError
+from collector.agent.bpf.plan import desired_maps as plan_maps
+from collector.agent.bpf.prog import BpfProgram, BpfProgramError
 from collector.agent.health import in_netns
 from collector.agent.plan import InvalidConfig, Wanted
 from schemas.congestion_pb2 import HostHealth

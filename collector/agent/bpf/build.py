@@ -3,7 +3,7 @@
 `build_object(out_dir)` returns `out_dir/cc_switch-<hash>.o`, where the hash covers the source
 text and the clang command, so an unchanged build is reused and a changed one never collides;
 the object is written under a temporary name and renamed, so a reader never sees half a file.
-`python -m collector.agent.bpf_build OUT_DIR` is the install step (`make bpf`): it prints the
+`python -m collector.agent.bpf.build OUT_DIR` is the install step (`make bpf`): it prints the
 object's path.  Needs Debian's clang (`-target bpf`, `-g` for the BTF the maps need) and the
 kernel and libbpf headers (linux-libc-dev, libbpf-dev); a missing one is a BpfBuildError
 naming what to install.  No prebuilt object is shipped or fetched.
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
-from collector.agent.bpf_plan import PROGRAM
+from collector.agent.bpf.plan import PROGRAM
 from dyncc_common.errors import DynccError
 
 CLANG = "clang"
@@ -35,7 +35,7 @@ class BpfBuildError(DynccError):
 def source_text() -> str:
     """The C source as shipped in the package."""
     try:
-        return resources.files("collector.agent").joinpath("bpf", f"{PROGRAM}.c").read_text()
+        return resources.files("collector.agent.bpf").joinpath(f"{PROGRAM}.c").read_text()
     except (OSError, ValueError) as exc:
         raise BpfBuildError(f"no BPF source for {PROGRAM}: {exc}") from exc
 
@@ -118,7 +118,7 @@ def build_object(out_dir: Path, clang: str = CLANG) -> Path:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m collector.agent.bpf_build OUT_DIR", file=sys.stderr)
+        print("usage: python -m collector.agent.bpf.build OUT_DIR", file=sys.stderr)
         return 2
     try:
         print(build_object(Path(argv[0])))

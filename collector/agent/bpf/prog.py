@@ -28,7 +28,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from collector.agent.bpf_plan import MAP_STATS, PROGRAM, SELECTION_MAPS
+from collector.agent.bpf.plan import MAP_STATS, PROGRAM, SELECTION_MAPS
 from dyncc_common.errors import DynccError
 
 BPFTOOL = "bpftool"

@@ -1,4 +1,6 @@
--- Finalized 5-minute rollup rows for one POP (or all, pop = '') over a time range.
+-- Finalized 5-minute rollup rows for one POP (or all, pop = '') over a time range: the reference
+-- read of tcpinfo_5m that sql/migrations/001_tcpinfo.sql points to (the tests run it; the scoring
+-- reads the rollup with scoring_refresh_rollup.sql).
 -- One row per (bucket, pop, prefix): the rollup's rows per socket family are merged (an IPv4
 -- client on IPv4 and on IPv6 sockets, ::ffff:a.b.c.d, is one prefix); `family` is the prefix's
 -- (10 when it contains ':', else 2).

@@ -1,9 +1,9 @@
 """The report's data: run sql/queries/report_*.sql on a store and return DataFrames.
 
 Every query returns times as Unix seconds (`ts`), converted here to UTC timestamps, so the
-result does not depend on the server's time zone.  Also `view_query`, a query of one of the views
-`dyncc schema apply` creates from sql/views/*.sql with Grafana's `$__timeFilter(time)` on its time
-column, expanded by `render_view` the way the ClickHouse data source does.
+result does not depend on the server's time zone.  `render_view` expands Grafana's
+`$__timeFilter(time)` in a query the way the ClickHouse data source does (for the views `dyncc
+schema apply` creates from sql/views/*.sql).
 
 Each report section is one query file.  The parts they share are files of their own spliced in
 by `compose` (controller/store/sql.py splice): `{{source}}` (the per-bucket delivery-rate states,
@@ -35,7 +35,7 @@ from controller.evidence.settings import EvidenceSettings
 from controller.report import trials as report_trials
 from controller.report.asn import AsnTable, map_prefixes
 from controller.store import Store
-from controller.store.sql import query, render_time_filter, select_view, splice
+from controller.store.sql import query, render_time_filter, splice
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -167,12 +167,6 @@ def compose(name: str, **slots: str) -> str:
 def source_for(bucket: int) -> str:
     """The per-bucket source for a bucket length: the 5-minute rollup, or raw tcpinfo."""
     return SOURCE_ROLLUP if bucket == int(BUCKET.total_seconds()) else SOURCE_RAW
-
-
-def view_query(name: str, start: dt.datetime, end: dt.datetime) -> str:
-    """Every row of the view `name` (sql/views/NAME.sql, created by `dyncc schema apply`) whose
-    time is in [start, end], as Grafana's `$__timeFilter(time)` selects them, ordered by time."""
-    return render_view(select_view(name), start, end)
 
 
 def _with_time(df: pd.DataFrame, column: str = "ts", into: str = "time") -> pd.DataFrame:

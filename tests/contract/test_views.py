@@ -8,12 +8,12 @@ import datetime as dt
 
 import pytest
 
-from controller.report.data import view_query
 from controller.store import Store, StoreError, open_store
 from controller.store.migrate import apply_migrations, apply_views, ensure_view
 from controller.store.sql import View, migrations, render_time_filter, select_view, views
 from dyncc.cli import main as cli_main
 from tests.support import view_data
+from tests.support.view_data import view_query
 
 
 def view_engines(store: Store) -> dict[str, str]:

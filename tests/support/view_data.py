@@ -286,3 +286,12 @@ def check_all(store: Store) -> None:
         got = rows(store, name)
         assert got, f"{name}: no rows in the window"
         assert_rows(name, got, want[name])
+
+
+def view_query(name: str, start: dt.datetime, end: dt.datetime) -> str:
+    """Every row of the view `name` (sql/views/NAME.sql, created by `dyncc schema apply`) whose
+    time is in [start, end], as Grafana's `$__timeFilter(time)` selects them, ordered by time."""
+    from controller.report.data import render_view
+    from controller.store.sql import select_view
+
+    return render_view(select_view(name), start, end)

@@ -59,10 +59,6 @@ def clang_command(source: Path, output: Path, clang: str = CLANG) -> list[str]:
     ]
 
 
-def object_name(text: str, clang: str = CLANG) -> str:
-    return cached_name(PROGRAM, text, clang_command(Path("SRC"), Path("OUT"), clang))
-
-
 def cached_name(program: str, text: str, probe: Sequence[str]) -> str:
     """`<program>-<hash>.o`, the hash over the source text and the compile command (pure)."""
     digest = hashlib.sha256("\0".join([text, *probe]).encode()).hexdigest()[:16]

@@ -10,7 +10,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from collector.agent.bpf.build import clang_command, object_name, source_text
+from collector.agent.bpf.build import PROGRAM, cached_name, clang_command, source_text
 from collector.agent.bpf.plan import (
     DEFAULT_THRESHOLD,
     MAP_V4,
@@ -156,6 +156,9 @@ def test_source_mirrors_the_python_layout() -> None:
 
 
 def test_object_name_follows_source_and_command() -> None:
+    def object_name(text: str, clang: str = "clang") -> str:
+        return cached_name(PROGRAM, text, clang_command(Path("SRC"), Path("OUT"), clang))
+
     assert object_name("a") != object_name("b") and object_name("a") == object_name("a")
     assert object_name("a") != object_name("a", clang="clang-16")
     cmd = clang_command(Path("x.c"), Path("x.o"))

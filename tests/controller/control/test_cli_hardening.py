@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from controller.control import cli as control_cli
 from controller.control import loop as control_loop
 from controller.control.settings import ControlSettings, cap_conflicts
-from controller.report.data import compose, view_query
+from controller.report.data import compose
 from controller.rollout.generate import build_config
 from controller.rollout.records import load_published_config
 from controller.rollout.validate import ValidationPolicy, prefix_problem, validate
@@ -40,6 +40,7 @@ from dyncc.cli import main as dyncc_main
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 from tests.support import scoring_synth as synth
 from tests.support.rollout_util import make_keys, rollout_settings
+from tests.support.view_data import view_query
 
 POP = "lax"
 START = int(dt.datetime(2024, 3, 1, 9, 0, tzinfo=dt.UTC).timestamp())

@@ -10,11 +10,11 @@ import pytest
 
 from controller.report import write_report
 from controller.report.asn import parse_asn_rows
-from controller.report.data import view_query
 from controller.store import Store
 from dyncc.cli import main
 from tests.support import report_synth as rs
 from tests.support.svg import path_points
+from tests.support.view_data import view_query
 
 SECTIONS = ("delivery", "selections", "effect", "trials", "reverted", "treated", "did", "isp", "goodput", "bbrshare")
 TRIAL_SECTIONS = ("effect", "trials")  # the effect model's: no data without trials

@@ -10,7 +10,8 @@
 #                    servers, servers stopped again (a stack or cluster that was already running before
 #                    `make test` is left running; DYNCC_KEEP_STACK=1 keeps what `make test` started)
 #   make lint        ruff check, ruff format --check, mypy, import contracts (CI runs it before the tests)
-#   make bpf         compile the agent's sock_ops program (collector/agent/bpf/cc_switch.c, Debian's clang)
+#   make bpf         compile the agent's BPF programs (collector/agent/bpf/cc_switch.c, the sock_ops program,
+#                    and cc_iter.c, the TCP iterator that switches open connections; Debian's clang)
 #                    into build/bpf/ for `dyncc agent --enforce bpf --bpf-object` (part of `make deps`)
 #   make demo | bench | proto | clean
 
@@ -63,6 +64,7 @@ bpf: venv
 _ch-install:
 	bash deploy/clickhouse/clickhouse.sh install
 	bash deploy/lab/lab.sh install
+	bash deploy/prometheus/prometheus.sh install
 _kafka-fetch:
 	bash deploy/kafka/kafka.sh fetch
 
@@ -84,7 +86,11 @@ cluster-down:
 cluster-status:
 	$(CLUSTER) status
 
-# pytest's exit status is kept; exit 5 ("no tests collected") counts as a failure.
+# tests/run_suite.sh: side by side, the tests of no group on TEST_WORKERS pytest-xdist workers, the
+# cluster's tests and the private servers' tests (each one after another); then the `serial` ones
+# (the lab, the namespace tests; tests/conftest.py) one at a time.  A failing run's exit status is
+# kept; no test collected by any run (exit 5) counts as a failure.
+TEST_WORKERS ?= 2
 test: deps
 	@if $(STACK) status >/dev/null 2>&1; then started=0; echo "== stack already running; leaving it up afterwards"; \
 	 else started=1; fi; \
@@ -102,9 +108,7 @@ test: deps
 	 $(STACK) up; \
 	 wait $$cpid; cpid=; \
 	 echo "== pytest (DYNCC_TEST_CLICKHOUSE=$$DYNCC_TEST_CLICKHOUSE DYNCC_TEST_KAFKA=$$DYNCC_TEST_KAFKA DYNCC_TEST_CLUSTER=$$DYNCC_TEST_CLUSTER)"; \
-	 rc=0; $(PY) -m pytest -q -p no:cacheprovider --durations=30 $(PYTEST_ARGS) || rc=$$?; \
-	 if [[ $$rc == 5 ]]; then echo "== pytest collected no tests: treating as failure"; fi; \
-	 exit $$rc
+	 PY=$(PY) TEST_WORKERS=$(TEST_WORKERS) bash tests/run_suite.sh $(PYTEST_ARGS)
 
 lint: venv
 	$(PY) -m ruff check .

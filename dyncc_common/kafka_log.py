@@ -17,6 +17,11 @@ commits) through `note(level, kind, text)`.
 * quiet=True logs nothing at all (a one-shot command reports `last_error` in
   its own single line instead).
 * `last_error`: the text of the latest message at WARNING or above.
+* Authentication and TLS failures (dyncc_common.kafka_security.classify) are
+  counted in `security_errors` (rate-limited like the rest: a client whose
+  password was changed under it retries as for an outage); `security_failure()`
+  gives the kind and text of the latest for a start probe's error line.
+  `refused`: the latest connection attempt was refused (nothing listens).
 
 The client serves its callbacks in poll()/consume() on the calling thread; a
 lock makes concurrent use safe anyway.
@@ -29,6 +34,8 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from dyncc_common.kafka_security import classify
 
 
 class KafkaLog:
@@ -48,6 +55,10 @@ class KafkaLog:
         self.on_error = on_error
         self.last_error = ""
         self.messages = 0  # messages it was given
+        self.security_errors = 0  # authentication / TLS failures (kafka_security.classify)
+        self.refused = False  # the latest connection attempt was refused
+        self._security: tuple[str, str] = ("", "")  # (kind, text) of the latest
+        self._protocol_hints = 0  # plaintext first requests dropped (a TLS listener?)
         self._lock = threading.Lock()
         self._last_seen: dict[str, float] = {}
         self._held: dict[str, int] = {}  # kind -> repeats not logged yet
@@ -61,6 +72,12 @@ class KafkaLog:
         """The `logger` interface confluent-kafka calls: log(level, "%s [%s] %s", fac, name, text)."""
         text = fmt % args if args else fmt
         kind = str(args[0]) if len(args) == 3 else text[:40]
+        if classify("", text) == "protocol":  # only a log line says so (error_cb gets no error)
+            with self._lock:
+                self._protocol_hints += 1
+                if self._protocol_hints >= 2:  # once may be a broker going away; twice is the listener
+                    self.security_errors += 1
+                    self._security = ("protocol", text)
         self.note(level, kind, text)
 
     def error(self, err: Any) -> None:
@@ -68,7 +85,20 @@ class KafkaLog:
         if self.on_error is not None:
             self.on_error(err)
         fatal = bool(err.fatal()) if hasattr(err, "fatal") else False
+        name, text = str(err.name()), str(err.str())
+        security = classify(name, text)
+        with self._lock:
+            if security in ("auth", "tls"):
+                self.security_errors += 1
+                self._security = (security, text)
+            if name == "_TRANSPORT":
+                self.refused = "Connection refused" in text
         self.note(logging.ERROR if fatal else logging.WARNING, str(err.name()), f"{err.name()}: {err.str()}")
+
+    def security_failure(self) -> tuple[str, str]:
+        """(kind, text) of the latest authentication / TLS failure; ("", "") if none."""
+        with self._lock:
+            return self._security
 
     # ------------------------------------------------------------ general
 

@@ -1,7 +1,8 @@
 """Process plumbing shared by dyncc's long-running commands (edge and central).
 
 - setup_logging: one format for every command.
-- start_metrics: Prometheus HTTP endpoint on a port (0 = off).
+- start_metrics: Prometheus HTTP endpoint on a port (0 = off), on loopback unless the
+  component's metrics_address (METRICS_ADDRESS, --metrics-address) opens it.
 - StopFlag: set by SIGTERM/SIGINT so loops can finish their cycle and flush.
 """
 
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from dyncc_common.errors import ConfigError
+from dyncc_common.settings import STR, Setting
 
 if TYPE_CHECKING:  # imported lazily: edge commands should start fast
     from prometheus_client import CollectorRegistry
@@ -29,8 +31,32 @@ def setup_logging(verbose: bool = False) -> None:
     )
 
 
-def start_metrics(port: int, registry: CollectorRegistry, addr: str = "0.0.0.0") -> None:
-    """Serve `registry` on http://addr:port/metrics; port 0 disables the endpoint."""
+#: where the metrics endpoint listens unless metrics_address says otherwise: this host only
+METRICS_LOOPBACK = "127.0.0.1"
+
+
+def check_metrics_address(value: str, what: str) -> str:
+    """An IP address to listen on (0.0.0.0 / :: = every interface), else a ConfigError."""
+    import ipaddress  # here: only when an address is given
+
+    try:
+        return str(ipaddress.ip_address(value.strip().strip("[]")))
+    except ValueError:
+        raise ConfigError(f"bad {what} {value!r}: must be an IP address (0.0.0.0 listens everywhere)") from None
+
+
+#: the row each component with a metrics_port has next to it (reuse(METRICS_ADDRESS))
+METRICS_ADDRESS = Setting(
+    METRICS_LOOPBACK,
+    STR,
+    "address the Prometheus metrics endpoint listens on (0.0.0.0 or :: opens it to the network)",
+    validator=check_metrics_address,
+    metavar="ADDR",
+)
+
+
+def start_metrics(port: int, registry: CollectorRegistry, addr: str = METRICS_LOOPBACK) -> None:
+    """Serve `registry` on http://addr:port/metrics (loopback by default); port 0 disables the endpoint."""
     if port < 0 or port > 65535:
         raise ConfigError(f"bad metrics port {port}")
     if port == 0:

@@ -22,6 +22,69 @@ CLICKHOUSE_URL = os.environ.get("DYNCC_TEST_CLICKHOUSE", "clickhouse://default:@
 KAFKA_BROKERS = os.environ.get("DYNCC_TEST_KAFKA", "127.0.0.1:19092")
 
 
+#: How `make test` schedules the suite (tests/run_suite.sh; the marks are set here): the tests
+#: marked `serial` run last, one at a time: the lab and the namespace tests (timed on the CPU,
+#: fixed namespace names).  Before them, side by side, three pytest runs: the tests of no group on
+#: pytest-xdist workers, the `cluster_group` tests one after another (some stop a replica that
+#: every other cluster test would see), and the `servers_group` tests one after another (private
+#: brokers and servers on fixed ports).
+SERIAL_MARKERS = frozenset({"netns"})
+SERIAL_PATHS = ("tests/e2e/", "tests/deploy/test_lab_install.py")
+GROUPS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
+    # mark: (fixtures or parameters that put a test in the group, paths that do)
+    "cluster_group": (
+        frozenset({"cluster_db_url", "cluster_target", "cluster_nodes", "cluster"}),
+        ("tests/controller/cluster/", "tests/deploy/test_cluster_deploy.py"),
+    ),
+    "servers_group": (
+        frozenset(),
+        (
+            "tests/collector/telemetry/test_sinks.py",
+            "tests/controller/ingest/test_kafka.py",
+            "tests/controller/ingest/test_kafka_outages.py",
+            "tests/controller/ingest/test_access_log.py",
+            "tests/deploy/test_alerts.py",
+            "tests/controller/ingest/test_kafka_tls.py",
+            "tests/controller/store/test_clickhouse_tls.py",
+            "tests/dyncc/test_secrets.py",
+        ),
+    ),
+}
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _path_of(item: pytest.Item) -> str:
+    return Path(str(item.path)).resolve().relative_to(REPO_ROOT).as_posix()
+
+
+def is_serial(item: pytest.Item) -> bool:
+    """Whether `item` must run alone, after the others."""
+    if _path_of(item).startswith(SERIAL_PATHS):
+        return True
+    return any(item.get_closest_marker(m) is not None for m in SERIAL_MARKERS)
+
+
+def group_of(item: pytest.Item) -> str | None:
+    """The mark of the group whose tests run one after another, if `item` is in one."""
+    path = _path_of(item)
+    names = set(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None:
+        names.update(v for v in callspec.params.values() if isinstance(v, str))
+    for group, (keys, paths) in GROUPS.items():
+        if path.startswith(paths) or keys & names:
+            return group
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_serial(item):
+            item.add_marker(pytest.mark.serial)
+        elif (group := group_of(item)) is not None:
+            item.add_marker(getattr(pytest.mark, group))
+
+
 def unique_name(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
 

@@ -1,7 +1,10 @@
 """`dyncc agent`: apply signed per-prefix congestion configs as routes on an edge host.
 
-    dyncc agent --kafka BROKERS --pop POP --public-key PEM [--netns NAME] ...
+    dyncc agent --kafka BROKERS --pop POP --public-key PEM [--public-key PEM2 | --public-key-dir DIR] ...
     dyncc agent --from-file CONFIG --once --pop POP --public-key PEM [--netns NAME]
+
+The agent trusts every public key it is given (a key set by key id: a key rotation adds
+the new key, switches the controller, then removes the old one; docs/rollout.md).
 
 The Kafka mode reconciles at start, applies each new config for its POP,
 reconciles every --reconcile-every and whenever a covering route changes, and
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from collector.agent.settings import AgentSettings
 from dyncc_common.errors import ConfigError
+from dyncc_common.kafka_security import librdkafka_options
 from dyncc_common.runtime import StopFlag, setup_logging, start_metrics
 
 if TYPE_CHECKING:
@@ -32,6 +36,8 @@ log = logging.getLogger("dyncc.agent")
 
 
 SETTINGS = AgentSettings
+#: the start probe of --kafka: a refused password or certificate is one line, exit 2
+KAFKA_PROBE_SECONDS = 10.0
 
 
 def _read_config_file(path: Path) -> CongestionConfig:
@@ -56,12 +62,12 @@ def _build_agent(settings: AgentSettings) -> Agent:
     from collector.agent.core import Agent, AgentMetrics
     from collector.agent.routes import RouteTable
     from collector.agent.state import AgentState, StateError, default_state_dir
-    from schemas.signing import load_public_key
+    from schemas.signing import KeySet
 
     try:
-        public_key = load_public_key(settings.public_key)
+        public_key = KeySet.load(settings.public_key, settings.public_key_dir)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot load public key {settings.public_key}: {exc}") from exc
+        raise ConfigError(f"cannot load public key {exc}") from exc
     state_dir = settings.state_dir or default_state_dir(settings.pop)
     try:
         state = AgentState(state_dir, settings.pop).load()
@@ -83,6 +89,15 @@ def _build_agent(settings: AgentSettings) -> Agent:
         applier=None if table is not None else _bpf_applier(settings, state_dir),
         metrics=AgentMetrics(),
     )
+
+
+def _log_trusted_keys(agent: Agent) -> None:
+    """One start line naming the key ids the agent trusts (after the start checks: a refused start
+    stays one line)."""
+    from schemas.signing import KeySet
+
+    if isinstance(agent.public_key, KeySet):
+        log.info("trusting %d public keys: %s", len(agent.public_key.ids), " ".join(agent.public_key.ids))
 
 
 def _bpf_applier(settings: AgentSettings, state_dir: Path) -> BpfApplier:
@@ -115,6 +130,7 @@ def _run_once(settings: AgentSettings) -> int:
     assert settings.from_file is not None  # AgentSettings: --once goes with --from-file
     config = _read_config_file(settings.from_file)
     agent = _build_agent(settings)
+    _log_trusted_keys(agent)
     try:
         status = agent.handle(config)
     finally:
@@ -131,10 +147,10 @@ def _run_kafka(settings: AgentSettings) -> int:
     every = settings.reconcile_every
     agent = _build_agent(settings)
     metrics = agent.metrics
-    start_metrics(settings.metrics_port, metrics.registry)
+    start_metrics(settings.metrics_port, metrics.registry, settings.metrics_address)
     stop = StopFlag()
     watcher = RouteEventWatcher(settings.netns, settings.proto) if settings.enforce == "route" else None
-    producer = StatusProducer(settings.kafka, settings.status_topic, on_error=lambda _e: metrics.kafka_errors.inc())
+    options = librdkafka_options(settings.kafka_security)  # TLS / SASL (ConfigError: a password file, ...)
     consumer = ConfigConsumer(
         settings.kafka,
         settings.config_topic,
@@ -142,7 +158,20 @@ def _run_kafka(settings: AgentSettings) -> int:
         settings.host,
         on_error=lambda _e: metrics.kafka_errors.inc(),
         on_malformed=metrics.malformed.inc,
+        options=options,
     )
+    try:
+        unanswered = consumer.check(KAFKA_PROBE_SECONDS)  # a refused password or certificate: exit 2
+    except ConfigError:
+        consumer.close()
+        agent.close()
+        raise
+    if unanswered is not None:
+        log.warning("Kafka %s not answering yet (%s): waiting for it", settings.kafka, unanswered)
+    producer = StatusProducer(
+        settings.kafka, settings.status_topic, on_error=lambda _e: metrics.kafka_errors.inc(), options=options
+    )
+    _log_trusted_keys(agent)
     log.info(
         "agent for POP %s on %s (netns %s, enforce %s, proto %d): config v%d in force, reconcile every %gs",
         settings.pop,

@@ -3,7 +3,10 @@
 `Agent.handle(config)` verifies a CongestionConfig (signature, POP, version,
 entries), applies it all-or-nothing (as routes, or with `applier=` another
 enforcement mode such as collector/agent/bpf/apply.py), persists it, and
-returns the ApplyStatus to report.  `Agent.reconcile(reason)` re-applies the
+returns the ApplyStatus to report.  After an applied config, the connections already
+open follow it (collector/agent/bpf/iterate.py, a BPF TCP iterator): in the bpf mode on every
+change, in the route mode on the kill switch; the count is in the log line and the
+dyncc_agent_open_connections counter.  `Agent.reconcile(reason)` re-applies the
 config in force so owned routes follow their covering routes and stale ones go
 (in the bpf mode: the maps equal the config and the program is attached).
 Both log one line and update the per-instance Prometheus registry.
@@ -14,17 +17,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from typing import Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from collector.agent.apply import Applier, ApplyOutcome, RouteApplier
+from collector.agent.bpf.iterate import OpenConnections, SwitchReport
 from collector.agent.health import available_congestion_controls, read_health
 from collector.agent.plan import ACCEPT, IGNORE, REFUSE, InvalidConfig, Verdict, Wanted, check_config, parse_wanted
 from collector.agent.routes import RouteTable
 from collector.agent.state import AgentState
 from schemas.congestion_pb2 import ApplyStatus, CongestionConfig
-from schemas.signing import SignatureError, verify
+from schemas.signing import KeySet, SignatureError, verify
 
 log = logging.getLogger("dyncc.agent")
 MAX_STATUS_ERRORS = 50
@@ -35,7 +40,11 @@ class AgentMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.configs = Counter("dyncc_agent_configs", "configs handled, by result", ["result"], registry=r)
+        for result in ("applied", "failed", "refused", "ignored", "unchanged"):
+            self.configs.labels(result)  # at 0 from the start: alerts see the first failure as an increase
         self.refused = Counter("dyncc_agent_configs_refused", "configs refused, by reason", ["reason"], registry=r)
+        for reason in ("unsigned", "bad_signature", "wrong_pop", "stale", "invalid"):  # collector/agent/plan.py
+            self.refused.labels(reason)
         self.reconciles = Counter(
             "dyncc_agent_reconciles", "reconciles, by trigger and result", ["trigger", "result"], registry=r
         )
@@ -43,6 +52,15 @@ class AgentMetrics:
         self.owned = Gauge("dyncc_agent_owned_routes", "routes owned by this agent", registry=r)
         self.skipped = Gauge("dyncc_agent_skipped_prefixes", "desired prefixes not installed", registry=r)
         self.applied_version = Gauge("dyncc_agent_applied_version", "config version in force", registry=r)
+        self.received_version = Gauge(
+            "dyncc_agent_received_version",
+            "newest config version for this host that passed the signature, POP and version checks "
+            "(applied or not; above dyncc_agent_applied_version = a stale config in force)",
+            registry=r,
+        )
+        self.kill_switch = Gauge(
+            "dyncc_agent_kill_switch", "1 while the config in force is a kill switch (nothing on BBR)", registry=r
+        )
         self.apply_seconds = Histogram(
             "dyncc_agent_apply_seconds",
             "apply/reconcile duration",
@@ -59,6 +77,22 @@ class AgentMetrics:
             ["event"],
             registry=r,
         )
+        self.open_connections = Counter(
+            "dyncc_agent_open_connections",
+            "open connections the TCP iterator switched (switched) or could not switch (failed) after a config change",
+            ["result"],
+            registry=r,
+        )
+        self.open_runs = Counter(
+            "dyncc_agent_open_connection_runs",
+            "TCP iterator runs after a config change, by result (ok, failed, unavailable)",
+            ["result"],
+            registry=r,
+        )
+        for result in ("switched", "failed"):
+            self.open_connections.labels(result)
+        for result in ("ok", "failed", "unavailable"):
+            self.open_runs.labels(result)
 
 
 class Agent:
@@ -68,12 +102,16 @@ class Agent:
         pop: str,
         host: str,
         netns: str | None,
-        public_key: Ed25519PublicKey,
+        public_key: Ed25519PublicKey | KeySet,  # a KeySet: every key trusted during a rotation
         state: AgentState,
         table: RouteTable | None = None,
         metrics: AgentMetrics | None = None,
         applier: Applier | None = None,
+        open_connections: OpenConnections | Literal["build"] | None = "build",
     ) -> None:
+        """`open_connections`: "build" compiles the TCP iterator into STATE_DIR/bpf now (without the
+        toolchain the agent says so when open connections would have moved); None never touches
+        open connections."""
         self.pop = pop
         self.host = host
         self.netns = netns
@@ -88,6 +126,18 @@ class Agent:
         self.metrics = metrics or AgentMetrics()
         self.wanted: dict[str, Wanted] | None = None
         self.metrics.applied_version.set(state.version)
+        if open_connections == "build":
+            mode = "route" if isinstance(self.applier, RouteApplier) else "bpf"
+            open_connections = OpenConnections.for_agent(mode, netns, state.directory / "bpf")
+            if not open_connections.available:
+                log.warning(
+                    "open connections will keep their algorithm on a %s: %s",
+                    "kill switch" if mode == "route" else "config change",
+                    open_connections.unavailable,
+                )
+        self.open_connections: OpenConnections | None = open_connections
+        self.metrics.received_version.set(state.version)
+        self.metrics.kill_switch.set(int(state.config is not None and state.config.kill_switch))
         if state.config is not None:
             self.wanted = self._stored_wanted(state.config)
 
@@ -165,6 +215,7 @@ class Agent:
             applied_signature=self.state.signature,
         )
         if verdict.action == ACCEPT:
+            self.metrics.received_version.set(config.version)
             try:
                 wanted = parse_wanted(config, available_congestion_controls())
             except InvalidConfig as exc:
@@ -191,6 +242,7 @@ class Agent:
             if status.result == ApplyStatus.APPLIED:
                 status.result = ApplyStatus.UNCHANGED
             return status
+        before = self._in_force_before(wanted)
         outcome = self.applier.apply(wanted)
         self._observe(outcome)
         label = "kill switch" if not wanted else f"{len(wanted)} prefixes"
@@ -214,8 +266,43 @@ class Agent:
         self.wanted = wanted
         self.metrics.configs.labels("applied").inc()
         self.metrics.applied_version.set(self.state.version)
-        log.info("applied v%d (%s): %s", config.version, label, outcome.summary())
+        self.metrics.kill_switch.set(int(config.kill_switch))
+        report = self._follow_open(before, wanted)
+        opened = f"; {report.summary()}" if report is not None and report.ok else ""  # else: a warning line
+        log.info("applied v%d (%s): %s%s", config.version, label, outcome.summary(), opened)
+        if report is not None and report.error:
+            errors.append(report.summary())
         return self.status(config.version, ApplyStatus.APPLIED, outcome, errors)
+
+    # ------------------------------------------------------- open connections
+
+    def _in_force_before(self, wanted: Mapping[str, Wanted]) -> Mapping[str, Wanted] | None:
+        """What enforcement does before applying `wanted`, when open connections may have to follow."""
+        follower = self.open_connections
+        if follower is None or (follower.mode == "route" and wanted):
+            return None  # the route mode follows only the kill switch
+        try:
+            return self.applier.in_force()
+        except OSError as exc:
+            log.warning("cannot read what is in force (%s): open connections follow the stored config", exc)
+            return self.wanted or {}
+
+    def _follow_open(self, before: Mapping[str, Wanted] | None, after: Mapping[str, Wanted]) -> SwitchReport | None:
+        """Move the open connections the applied change asks for (after the apply: new ones are covered)."""
+        if self.open_connections is None or before is None:
+            return None
+        report = self.open_connections.follow(before, after)
+        if report is None:
+            return None
+        m = self.metrics
+        if report.error:
+            m.open_runs.labels("unavailable" if not self.open_connections.available else "failed").inc()
+            log.warning("%s", report.summary())
+        else:
+            m.open_runs.labels("ok").inc()
+        m.open_connections.labels("switched").inc(report.switched)
+        m.open_connections.labels("failed").inc(report.failed)
+        return report
 
     def _follow_owned(self) -> Mapping[str, Wanted]:
         """No config known: keep the owned routes (with an algorithm) and let them follow nexthops."""

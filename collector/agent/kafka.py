@@ -8,7 +8,10 @@ each key (later messages win; during the initial catch-up only the latest per
 key), oldest version first, so the agent applies a POP-wide config and then
 decides whether a newer canary wave targets it.  `StatusProducer` writes
 ApplyStatus messages keyed by host.  Undecodable messages are counted and
-skipped.
+skipped.  Both take `options`, librdkafka's TLS / SASL settings
+(dyncc_common.kafka_security.librdkafka_options), and log librdkafka's lines
+through a rate-limited KafkaLog; `ConfigConsumer.check(timeout)` is the start
+probe (a refused password or certificate: KafkaSecurityError, exit 2).
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from google.protobuf.message import DecodeError
 
+from dyncc_common.kafka_log import KafkaLog
+from dyncc_common.kafka_security import probe
 from schemas.congestion_pb2 import ApplyStatus, CongestionConfig
 
 log = logging.getLogger("dyncc.agent.kafka")
@@ -35,12 +41,15 @@ class ConfigConsumer:
         *,
         on_error: Callable[[str], None] | None = None,
         on_malformed: Callable[[], None] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> None:
+        self.brokers = brokers
         self.topic = topic
         self.key = pop.encode()
         self.keys = {self.key, f"{pop}/canary".encode()}
         self._on_error = on_error or (lambda _msg: None)
         self._on_malformed = on_malformed or (lambda: None)
+        self.kafka_log = KafkaLog(log)
         self._consumer = Consumer(
             {
                 "bootstrap.servers": brokers,
@@ -50,6 +59,9 @@ class ConfigConsumer:
                 "enable.partition.eof": True,
                 "fetch.queue.backoff.ms": 10,
                 "fetch.wait.max.ms": 100,
+                "logger": self.kafka_log,
+                "error_cb": self.kafka_log.error,
+                **(options or {}),
             }
         )
         self._partitions: set[int] = set()
@@ -58,6 +70,17 @@ class ConfigConsumer:
         self._pending: dict[bytes, CongestionConfig] = {}
         self._next_assign = 0.0
         self._warned_missing = False
+
+    def check(self, timeout: float) -> str | None:
+        """The start probe: None once a broker answered, else the reason (an outage: the agent
+        waits for the broker as before); KafkaSecurityError if it refused the credentials.
+        librdkafka's own lines are not logged meanwhile: the error (one line, exit 2) or the
+        caller's warning says what happened."""
+        self.kafka_log.quiet = True
+        try:
+            return probe(self._consumer, self.kafka_log, self.brokers, timeout, self.topic)
+        finally:
+            self.kafka_log.quiet = False
 
     def _assign(self) -> bool:
         now = time.monotonic()
@@ -95,7 +118,7 @@ class ConfigConsumer:
                     self._at_eof.add(msg.partition() or 0)
                 else:
                     self._on_error(str(err))
-                    log.warning("config consumer: %s", err)
+                    self.kafka_log.note(logging.WARNING, str(err.name()), f"config consumer: {err}")
                 continue
             key = msg.key()
             if key not in self.keys:
@@ -124,15 +147,32 @@ class ConfigConsumer:
 
 
 class StatusProducer:
-    def __init__(self, brokers: str, topic: str, *, on_error: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        brokers: str,
+        topic: str,
+        *,
+        on_error: Callable[[str], None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> None:
         self.topic = topic
         self._on_error = on_error or (lambda _msg: None)
-        self._producer = Producer({"bootstrap.servers": brokers, "acks": "all", "linger.ms": 5})
+        self.kafka_log = KafkaLog(log)
+        self._producer = Producer(
+            {
+                "bootstrap.servers": brokers,
+                "acks": "all",
+                "linger.ms": 5,
+                "logger": self.kafka_log,
+                "error_cb": self.kafka_log.error,
+                **(options or {}),
+            }
+        )
 
     def _delivered(self, err: KafkaError | None, _msg: object) -> None:
         if err is not None:
             self._on_error(str(err))
-            log.warning("status not delivered: %s", err)
+            self.kafka_log.note(logging.WARNING, "delivery", f"status not delivered: {err}")
 
     def send(self, status: ApplyStatus) -> None:
         try:

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import ClassVar
 
 from dyncc_common.errors import ConfigError
+from dyncc_common.kafka_security import KafkaSecurity
 from dyncc_common.names import check_brokers, check_pop, check_topic
+from dyncc_common.runtime import METRICS_ADDRESS
 from dyncc_common.settings import (
     BOOL,
     CONFIG_FILE,
@@ -24,6 +26,7 @@ from dyncc_common.settings import (
     VERBOSE,
     Settings,
     in_range,
+    part,
     reuse,
     setting,
 )
@@ -70,7 +73,13 @@ class AgentSettings(Settings):
     )  # fmt: skip
     once: bool = setting(False, BOOL, "with --from-file: apply once and exit")
     pop: str = setting(None, STR, "the POP this host belongs to (config key)", required=True, validator=check_pop)
-    public_key: Path = setting(None, PATH, "Ed25519 public key of the controller (PEM)", required=True, metavar="PEM")
+    public_key: tuple[Path, ...] = setting(
+        (), PATH, "Ed25519 public key of the controller (PEM); repeatable: every key trusted during a key "
+        "rotation (docs/rollout.md)", repeatable=True, toml_aliases=("public_keys",), metavar="PEM",
+    )  # fmt: skip
+    public_key_dir: Path | None = setting(
+        None, PATH, "also trust every .pem and .pub public key file in this directory (read at start)", metavar="DIR"
+    )
     netns: str | None = setting(None, STR, "network namespace to manage", default_text="this one")
     host: str = setting(None, STR, "host name in statuses", default_text="hostname", validator=_not_blank)
     config_topic: str = setting("dyncc-configs", STR, "compacted config topic (key = POP)")
@@ -79,6 +88,7 @@ class AgentSettings(Settings):
     proto: int = setting(250, INT, "routing protocol number tagging owned routes", validator=_route_proto)
     state_dir: Path | None = setting(None, PATH, "applied version and config", default_text="/var/lib/dyncc/agent-POP")
     metrics_port: int = setting(0, INT, "Prometheus port (0 = off)", validator=in_range(0, 65535))
+    metrics_address: str = reuse(METRICS_ADDRESS)
     enforce: str = setting(
         "route", STR, "route: per-prefix routes with congctl; bpf: a sock_ops program switches each connection "
         "to a selected prefix once it passes the config's threshold (docs/enforce.md)",
@@ -98,11 +108,14 @@ class AgentSettings(Settings):
     )  # fmt: skip
     verbose: bool = reuse(VERBOSE)
     config: str | None = reuse(CONFIG_FILE)
+    kafka_security: KafkaSecurity = part(KafkaSecurity)
 
     def __post_init__(self) -> None:
         """Cross-field checks (the topics matter with --kafka only) and the host name default."""
         if bool(self.kafka) == bool(self.from_file):
             raise ConfigError("give exactly one of --kafka BROKERS or --from-file CONFIG")
+        if not self.public_key and self.public_key_dir is None:
+            raise ConfigError("no public key to verify configs with: give --public-key PEM or --public-key-dir DIR")
         if self.from_file and not self.once:
             raise ConfigError("--from-file applies one config: add --once")
         if self.once and not self.from_file:

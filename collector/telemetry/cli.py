@@ -18,6 +18,7 @@ from collector.telemetry import timeline
 from collector.telemetry.prefetch import Prefetch
 from collector.telemetry.settings import CollectSettings
 from collector.telemetry.start import (
+    check_kafka,
     discard_early_prefetch,
     exit_now,
     process_is_dyncc,
@@ -74,9 +75,11 @@ def _run(cfg: CollectSettings, prefetch: Prefetch | None, kafka: KafkaStart | No
 
         keep_freed_memory()  # each poll cycles ~50 MB of buffers per 100k sockets: reuse them
     metrics = CollectMetrics(prometheus=cfg.metrics_port != 0)
-    start_metrics(cfg.metrics_port, metrics.registry)
+    start_metrics(cfg.metrics_port, metrics.registry, cfg.metrics_address)
     sink = make_sink(cfg, metrics, kafka)
     timeline.mark("sink")
+    if cfg.sink == "kafka":
+        check_kafka(cfg, sink)  # a wrong password or certificate: one line, exit 2
     stop = StopFlag()
     with stop.installed():
         try:

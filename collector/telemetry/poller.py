@@ -68,6 +68,7 @@ class PollerConfig:
     filters: FilterSpec = field(default_factory=lambda: FilterSpec(exclude=tuple(parse_networks(DEFAULT_EXCLUDES))))
     prefix_v4: int = CollectSettings.prefix_v4
     prefix_v6: int = CollectSettings.prefix_v6
+    export_addresses: str = CollectSettings.export_addresses  # "prefix": dst_addr = the client prefix
     max_rows: int = DEFAULT_MAX_ROWS
     max_bytes: int = DEFAULT_MAX_BYTES
     chunk_bytes: int = DEFAULT_CHUNK
@@ -167,6 +168,8 @@ class Encoder:
         prefix, plen = client_prefixes(cols["dst_addr"], self.cfg.prefix_v4, self.cfg.prefix_v6)
         cols["client_prefix"] = prefix
         cols["client_prefix_len"] = plen
+        if self.cfg.export_addresses == "prefix":  # host bits zeroed: no client's own address is encoded
+            cols["dst_addr"] = prefix
         self.exported += rows
         self.pending.append(cols)
         self.pending_rows += rows

@@ -14,6 +14,7 @@ numpy-free, as a one-shot collector starts its dump before numpy loads).
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -21,7 +22,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from collector.netlink.sockdiag import DEFAULT_STATES
 from collector.netlink.sockdiag import parse_states as netlink_states
 from dyncc_common.errors import ConfigError
+from dyncc_common.kafka_security import KafkaSecurity
 from dyncc_common.names import check_brokers, check_pop
+from dyncc_common.runtime import METRICS_ADDRESS
 from dyncc_common.settings import (
     BOOL,
     CONFIG_FILE,
@@ -33,6 +36,7 @@ from dyncc_common.settings import (
     VERBOSE,
     Settings,
     in_range,
+    part,
     reuse,
     setting,
 )
@@ -40,7 +44,15 @@ from dyncc_common.settings import (
 if TYPE_CHECKING:
     from collector.telemetry.poller import PollerConfig
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_ROWS", "HEADER_LIMITS", "SINKS", "CollectSettings", "parse_states"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_ROWS",
+    "EXPORT_ADDRESSES",
+    "HEADER_LIMITS",
+    "SINKS",
+    "CollectSettings",
+    "parse_states",
+]
 
 #: = schemas.tcpinfo_columns.DEFAULT_MAX_ROWS / DEFAULT_MAX_BYTES (a test keeps them equal)
 DEFAULT_MAX_ROWS = 4096
@@ -49,6 +61,8 @@ DEFAULT_MAX_BYTES = 900_000
 HEADER_LIMITS = {"host": 255, "pop": 64, "netns": 255}
 
 SINKS = ("kafka", "file", "stdout")
+#: --export-addresses: the remote address as dumped, or its client prefix (host bits zeroed)
+EXPORT_ADDRESSES = ("full", "prefix")
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
@@ -68,6 +82,15 @@ def _positive(value: float, what: str) -> float:
 
 def _tcp_state(value: str, what: str) -> str:
     parse_states([value])
+    return value
+
+
+def _cidr(value: str, what: str) -> str:
+    """A peer range of --exclude: checked at parse time, before anything connects."""
+    try:
+        ipaddress.ip_network(str(value).strip(), strict=False)
+    except ValueError as exc:
+        raise ConfigError(f"bad CIDR {value!r}: {exc}") from None
     return value
 
 
@@ -116,7 +139,7 @@ class CollectSettings(Settings):
         validator=in_range(1, 65535),
     )  # fmt: skip
     exclude: tuple[str, ...] = setting(
-        (), STR, "skip sockets whose peer is in CIDR (repeatable)", repeatable=True, metavar="CIDR"
+        (), STR, "skip sockets whose peer is in CIDR (repeatable)", repeatable=True, metavar="CIDR", validator=_cidr
     )
     default_excludes: bool = setting(
         True, BOOL, "skip loopback, link-local and unspecified peers", flag="", negate_flag="--no-default-excludes",
@@ -128,13 +151,20 @@ class CollectSettings(Settings):
     min_bytes_acked: int = setting(0, SIZE, "skip sockets with fewer bytes acked")
     prefix_v4: int = setting(24, INT, "client prefix length for IPv4", validator=in_range(0, 32))
     prefix_v6: int = setting(56, INT, "client prefix length for IPv6", validator=in_range(0, 128))
+    export_addresses: str = setting(
+        "full", STR, "client (remote) address in exported rows: full, or prefix (host bits zeroed past "
+        "--prefix-v4 / --prefix-v6: the client prefix, no client's own address leaves the host)",
+        choices=EXPORT_ADDRESSES, metavar="full|prefix",
+    )  # fmt: skip
     max_rows: int = setting(DEFAULT_MAX_ROWS, INT, "rows per batch", validator=in_range(1, 1_000_000))
     max_bytes: int = setting(DEFAULT_MAX_BYTES, SIZE, "bytes per batch", validator=in_range(4096, 64 << 20))
     host: str = setting("", STR, "host name in batch headers, at most 255 bytes", default_text="this host's name")
     pop: str = setting("", STR, "POP name in batch headers", validator=_optional_pop)
     metrics_port: int = setting(0, INT, "serve Prometheus metrics on this port (0 = off)", validator=in_range(0, 65535))
+    metrics_address: str = reuse(METRICS_ADDRESS)
     verbose: bool = reuse(VERBOSE)
     kafka: Mapping[str, Any] = setting({}, TABLE, "extra librdkafka settings (TOML only)", flag="")
+    kafka_security: KafkaSecurity = part(KafkaSecurity)
 
     def __post_init__(self) -> None:
         """Cross-field checks and the computed defaults (jitter, host); pure but for the host name."""
@@ -213,6 +243,7 @@ class CollectSettings(Settings):
             filters=spec,
             prefix_v4=self.prefix_v4,
             prefix_v6=self.prefix_v6,
+            export_addresses=self.export_addresses,
             max_rows=self.max_rows,
             max_bytes=self.max_bytes,
         )

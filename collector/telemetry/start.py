@@ -11,9 +11,13 @@
   report it).  A prefetch the poller does not use changes nothing: the
   poller takes a prefetched dump only for the namespace, family and states
   it was asked for, and dumps anything else itself.
-- start_kafka: the Kafka producer of a run, made from its settings; a
+- start_kafka: the Kafka producer of a run, made from its settings (TLS and
+  SASL from dyncc_common.kafka_security, then the `[collect.kafka]` table); a
   one-shot run makes it right after the fork, before numpy loads, so that
   librdkafka connects to the broker meanwhile (runner.make_sink takes it).
+- check_kafka: the start probe of a Kafka sink: a wrong password, an untrusted
+  certificate or a TLS listener spoken to in plaintext is one line, exit 2
+  (ConfigError); an unreachable broker is left to the sink's queue as before.
 - process_is_dyncc: True only when this process is the `dyncc` command itself
   (not a test or another program calling the CLI in-process).
 - exit_now: end a finished one-shot run without the interpreter's teardown.
@@ -105,16 +109,32 @@ def start_prefetch(raw: dict[str, Any]) -> Prefetch | None:
 def start_kafka(cfg: CollectSettings) -> KafkaStart:
     """The Kafka producer of a --sink kafka run, created now (its error kept for the sink to raise)."""
     from collector.telemetry.sinks import KafkaStart
+    from dyncc_common.kafka_security import librdkafka_options
 
     start = KafkaStart(
         cfg.brokers,
         cfg.host,
         linger_ms=min(cfg.linger_ms, 5) if cfg.once else cfg.linger_ms,
-        extra=dict(cfg.kafka),
+        extra={**librdkafka_options(cfg.kafka_security), **cfg.kafka},  # ConfigError: a password file, ...
         quiet=cfg.once,  # the run's one closing line says what went wrong
     )
     timeline.mark("producer")
     return start
+
+
+#: the longest start probe of a Kafka sink (a --once run: at most its --flush-timeout)
+PROBE_SECONDS = 5.0
+
+
+def check_kafka(cfg: CollectSettings, sink: Any) -> None:
+    """Ask the sink's broker for metadata: KafkaSecurityError (a ConfigError) when it refuses
+    the client's credentials or certificate; an unreachable broker only returns (its outage is
+    ridden out by the sink's queue, and a --once run says so in its closing line)."""
+    from dyncc_common.kafka_security import probe
+
+    timeout = min(PROBE_SECONDS, cfg.flush_timeout) if cfg.once else PROBE_SECONDS
+    probe(sink.producer, sink.kafka_log, cfg.brokers, timeout, cfg.topic, give_up_refused=True)
+    timeline.mark("probed")
 
 
 def process_is_dyncc() -> bool:

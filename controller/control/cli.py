@@ -3,6 +3,9 @@
     dyncc control --clickhouse URL [--every 5m] [--once] [--pop POP] [--dry-run]
                   [--lookback 3h] [--bucket 5m] [--metrics-port N] ...
     dyncc control --clickhouse URL explain --pop POP --prefix P [--at TIME] [scoring options]
+    dyncc control --clickhouse URL pin PREFIX --pop POP --algorithm bbr|cubic --by WHO --why TEXT
+    dyncc control --clickhouse URL unpin PREFIX --pop POP --by WHO [--why TEXT]
+    dyncc control --clickhouse URL pins [--pop POP]
 
 Rounds run on an APScheduler interval aligned to `--every` boundaries (plus
 `--delay` for late data), one at a time, missed runs coalesced.  Each round
@@ -23,7 +26,8 @@ opened); `--once` exits 1 when the round failed or something could not be publis
 recorded, unless scoring, decision or trial options are given (on the command line or in
 --config); it reads the store only, so a chdb:// directory that does not exist is refused
 instead of created.  The rollout actions (keygen, rollout, kill-switch) run in
-controller/rollout/cli.py.
+controller/rollout/cli.py; pin, unpin and pins (the operator's pins, held by every round) in
+controller/control/pins.py.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from controller.control.loop import Controller, Metrics
 from dyncc_common.errors import ConfigError
+from dyncc_common.kafka_security import KAFKA_SECURITY_KEYS
 from dyncc_common.runtime import StopFlag, setup_logging, start_metrics
 
 if TYPE_CHECKING:
@@ -49,7 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("dyncc.control")
 
 #: options of the main parser repeated after an action name (SUPPRESS: a value given before it stays)
-SHARED = ("clickhouse", "kafka", "publish_dir", "private_key", "config_topic", "status_topic")
+SHARED = ("clickhouse", "kafka", "publish_dir", "private_key", "config_topic", "status_topic", *KAFKA_SECURITY_KEYS)
 #: the tables a round reads and writes (older stores: 'dyncc schema apply' adds what is missing)
 ROUND_TABLES = (
     "selections",
@@ -59,14 +64,20 @@ ROUND_TABLES = (
     "trial_rounds",
     "round_settings",
     "round_outcomes",
+    "round_controls",
+    "pins",
 )
+#: the validation options a bbr pin is checked against (repeated after `pin`)
+PIN_VALIDATION = ("deny", "v4_length", "v6_length", "allowed_algorithms")
+#: what the pin actions read and write
+PIN_TABLES = ("pins", "tcpinfo_5m", "config_versions")
 #: what explain reads (round_settings is optional: without it, the command line's settings)
 EXPLAIN_TABLES = ("selections", "scoring_buckets", "tcpinfo_5m", "tcpinfo_5m_nal", "trial_rounds", "round_outcomes")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """The flags of ControlSettings, and the actions' sub-parsers from their settings tables."""
-    from controller.control.settings import ControlSettings, ExplainSettings
+    from controller.control.settings import ControlSettings, ExplainSettings, PinSettings, PinsSettings, UnpinSettings
     from controller.rollout.settings import KeygenSettings, KillSwitchSettings, RolloutActionSettings
 
     ControlSettings.add_arguments(parser)
@@ -89,6 +100,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
     kill = subparsers.add_parser("kill-switch", help="publish an empty signed config: agents drop every route")
     KillSwitchSettings.add_arguments(kill)
     ControlSettings.add_arguments(kill, only=SHARED)
+    pin = subparsers.add_parser(
+        "pin",
+        help="pin a prefix at a POP to bbr or cubic: every round holds it (recorded: who, why, when)",
+        description="Pin a prefix at a POP: every round keeps it on the pinned algorithm whatever its scores, "
+        "trials and caps say; a bbr pin goes out in the POP's signed config with the next round, a cubic pin "
+        "keeps the prefix out of it.  A bbr pin must pass config validation's per-prefix rule (--deny ...).",
+    )
+    PinSettings.add_arguments(pin)
+    ControlSettings.add_arguments(pin, only={"clickhouse", *PIN_VALIDATION})
+    unpin = subparsers.add_parser("unpin", help="remove a pin: the rounds decide the prefix again")
+    UnpinSettings.add_arguments(unpin)
+    ControlSettings.add_arguments(unpin, only={"clickhouse"})
+    pins = subparsers.add_parser("pins", help="list the pins in force: who pinned, when and why")
+    PinsSettings.add_arguments(pins)
+    ControlSettings.add_arguments(pins, only={"clickhouse"})
 
 
 def next_boundary(now: dt.datetime, every: float, delay: float) -> dt.datetime:
@@ -129,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         settings = ControlSettings.from_sources(_without(flags, "pop"), config)
         setup_logging(settings.verbose)
         return rollout_actions.kill_switch(settings.clickhouse, settings.rollout, kill)
+    if action in ("pin", "unpin", "pins"):
+        return _pins(action, flags, config)
     settings = ControlSettings.from_sources(flags, config)
     setup_logging(settings.verbose)
     if action == "explain":
@@ -144,6 +172,30 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--clickhouse URL is required")
     check_options(settings)
     return _with_store(settings, lambda store: _control(store, settings))
+
+
+def _pins(action: str, flags: dict[str, object], config: str | None) -> int:
+    """pin / unpin / pins (controller/control/pins.py): the store only, nothing is published."""
+    from controller.control import pins
+    from controller.control.settings import ControlSettings, PinSettings, PinsSettings, UnpinSettings
+    from controller.rollout.validate import ValidationPolicy
+
+    settings = ControlSettings.from_sources(_without(flags, "pop"), config)
+    setup_logging(settings.verbose)
+    if not settings.clickhouse:
+        raise ConfigError("--clickhouse URL is required")
+    if action == "pin":
+        chosen = PinSettings.from_sources(flags)
+        policy = ValidationPolicy.from_settings(settings.rollout)
+        problem = pins.pin_problem(chosen.prefix, chosen.pin_algorithm, policy)  # before the store is opened
+        if problem:
+            raise ConfigError(problem)
+        return _with_store(settings, lambda store: pins.pin(store, chosen, policy), PIN_TABLES, existing=True)
+    if action == "unpin":
+        gone = UnpinSettings.from_sources(flags)
+        return _with_store(settings, lambda store: pins.unpin(store, gone), PIN_TABLES, existing=True)
+    listed = PinsSettings.from_sources(flags)
+    return _with_store(settings, lambda store: pins.list_pins(store, listed), PIN_TABLES, existing=True)
 
 
 def _without(flags: dict[str, object], *keys: str) -> dict[str, object]:
@@ -252,7 +304,7 @@ def _control(store: Store, settings: ControlSettings) -> int:
             log.error("round %s: nothing could be published: %s", result.round_id, result.publish_error)
             return 1
         return 0
-    start_metrics(settings.metrics_port, metrics.registry)
+    start_metrics(settings.metrics_port, metrics.registry, settings.metrics_address)
     return schedule(controller, float(settings.every or 0), float(settings.delay or 0))
 
 

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 from controller.rollout.publish import Publisher
 from controller.rollout.validate import ValidationPolicy, refusal
+from controller.scoring.decide import PopSummary
 from controller.scoring.round import RoundResult, run_round
 from controller.store import Store, StoreError
-from controller.store.outcomes import NOT_PUBLISHED, PUBLISH_FAILED, PublishOutcome, write_outcomes
+from controller.store.outcomes import KILLED, NOT_PUBLISHED, PUBLISH_FAILED, PublishOutcome, write_outcomes
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Gauge
@@ -35,6 +36,8 @@ class Metrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.rounds = Counter("dyncc_control_rounds", "controller rounds", ["result"], registry=r)
+        for result in ("ok", "error", "publish_error"):
+            self.rounds.labels(result)  # at 0 from the start: alerts see the first failure as an increase
         self.duration = Histogram(
             "dyncc_control_round_duration_seconds",
             "round duration",
@@ -62,6 +65,8 @@ class Metrics:
         self.outcomes = Counter(
             "dyncc_control_round_outcomes", "per POP and round: what became of the decisions", ["status"], registry=r
         )
+        for status in (*NOT_PUBLISHED, KILLED):  # the statuses alerts watch (deploy/prometheus), at 0 from the start
+            self.outcomes.labels(status)
 
     def observe(self, result: RoundResult) -> None:
         self.rounds.labels("ok").inc()
@@ -91,9 +96,15 @@ def round_line(result: RoundResult, dry_run: bool) -> str:
         f"on BBR {sum(x.selected for x in s)} (+{sum(x.new for x in s)} new, "
         f"{sum(x.reverted for x in s)} reverted), trials {sum(x.trials for x in s)} "
         f"(ended: {sum(x.kept_by_trial for x in s)} kept, {sum(x.reverted_by_trial for x in s)} reverted), "
-        f"holdout {sum(x.holdout for x in s)}{holdout_change}"
+        f"holdout {sum(x.holdout for x in s)}{holdout_change}{_controls_text(s)}"
         f"{_outcome_text(result)}, {result.seconds:.2f}s [{timing}]"
     )
+
+
+def _controls_text(summaries: list[PopSummary]) -> str:
+    """', 50 over cap, 2 pinned' — the operator's controls that acted this round, or ''."""
+    over_cap, pinned = sum(x.over_cap for x in summaries), sum(x.pinned for x in summaries)
+    return (f", {over_cap} over cap" if over_cap else "") + (f", {pinned} pinned" if pinned else "")
 
 
 def _outcome_text(result: RoundResult) -> str:
@@ -141,6 +152,7 @@ class Controller:
                 publishing=self.publisher is not None,
                 refuse=self.refuse,
                 evidence=self.settings.evidence,
+                deny=self.settings.rollout.deny,
             )
         except StoreError as exc:
             self.metrics.rounds.labels("error").inc()

@@ -1,5 +1,6 @@
 """Settings of `dyncc control`: ControlSettings (a round: the store, the schedule, the scoring
-definitions and decisions, publishing, validation and staged rollout) and ExplainSettings.
+definitions and decisions, publishing, validation and staged rollout), ExplainSettings and the
+pin actions' PinSettings, UnpinSettings and PinsSettings.
 
 ControlSettings nests ScoringSettings (controller/scoring/settings.py) and RolloutSettings
 (controller/rollout/settings.py) as parts: their rows are flags and TOML keys of
@@ -20,6 +21,7 @@ from controller.scoring.settings import DECISIONS, ScoringSettings
 from controller.store.settings import STORE_URL_HELP
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_pop
+from dyncc_common.runtime import METRICS_ADDRESS
 from dyncc_common.settings import (
     BOOL,
     CONFIG_FILE,
@@ -34,7 +36,15 @@ from dyncc_common.settings import (
     setting,
 )
 
-__all__ = ["ControlSettings", "ExplainSettings", "cap_conflicts", "parse_at"]
+__all__ = [
+    "ControlSettings",
+    "ExplainSettings",
+    "PinSettings",
+    "PinsSettings",
+    "UnpinSettings",
+    "cap_conflicts",
+    "parse_at",
+]
 
 
 def parse_at(text: str, what: str = "--at") -> dt.datetime:
@@ -109,6 +119,7 @@ class ControlSettings(Settings):
     pop: str = setting("", STR, "only this POP", default_text="every POP", validator=_optional_pop)
     dry_run: bool = setting(False, BOOL, "decide and print; write and publish nothing")
     metrics_port: int = setting(0, INT, "Prometheus port (0 = off)", validator=in_range(0, 65535))
+    metrics_address: str = reuse(METRICS_ADDRESS)
     verbose: bool = reuse(VERBOSE)
     scoring: ScoringSettings = part(ScoringSettings)
     evidence: EvidenceSettings = part(EvidenceSettings)
@@ -146,3 +157,66 @@ class ExplainSettings(Settings):
 
     pop: str = setting(None, STR, "the POP", required=True, cli_only=True, validator=_pop)
     prefix: str = setting(None, STR, "the client prefix", required=True, cli_only=True)
+
+
+def _who(value: str, what: str) -> str:
+    if not value.strip():
+        raise ConfigError(f"{what} is empty: say who pins (a name or a ticket's owner)")
+    return value.strip()
+
+
+def _why(value: str, what: str) -> str:
+    if not value.strip():
+        raise ConfigError(f"{what} is empty: say why (it is recorded and shown by explain and the report)")
+    return value.strip()
+
+
+@dataclasses.dataclass(frozen=True)
+class PinSettings(Settings):
+    """`dyncc control pin PREFIX --pop POP --algorithm bbr|cubic --by WHO --why TEXT`: every round
+    keeps the prefix on the pinned algorithm (plus --clickhouse and the validation options of
+    control, which a BBR pin must pass)."""
+
+    COMPONENT: ClassVar[str] = "control pin"
+
+    prefix: str = setting(None, STR, "the client prefix (canonical, e.g. 203.0.113.0/24)", flag="prefix",
+                          required=True, cli_only=True)  # fmt: skip
+    pin_pop: str = setting(
+        None, STR, "the POP", flag="--pop", dest="pin_pop", required=True, cli_only=True, validator=_pop, metavar="POP"
+    )
+    pin_algorithm: str = setting(
+        None, STR, "bbr: in the POP's signed config every round; cubic: never in it", flag="--algorithm",
+        dest="pin_algorithm", choices=("bbr", "cubic"), required=True, cli_only=True,
+    )  # fmt: skip
+    who: str = setting(None, STR, "who pins (recorded)", flag="--by", dest="who", required=True, cli_only=True,
+                       validator=_who)  # fmt: skip
+    why: str = setting(None, STR, "why (recorded, shown by explain and the report)", required=True, cli_only=True,
+                       validator=_why, metavar="TEXT")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class UnpinSettings(Settings):
+    """`dyncc control unpin PREFIX --pop POP --by WHO [--why TEXT]`: hand the prefix back to the
+    rounds (they decide it from scratch)."""
+
+    COMPONENT: ClassVar[str] = "control unpin"
+
+    prefix: str = setting(None, STR, "the pinned client prefix", flag="prefix", required=True, cli_only=True)
+    pin_pop: str = setting(
+        None, STR, "the POP", flag="--pop", dest="pin_pop", required=True, cli_only=True, validator=_pop, metavar="POP"
+    )
+    who: str = setting(None, STR, "who unpins (recorded)", flag="--by", dest="who", required=True, cli_only=True,
+                       validator=_who)  # fmt: skip
+    why: str = setting("", STR, "why (recorded)", cli_only=True, metavar="TEXT")
+
+
+@dataclasses.dataclass(frozen=True)
+class PinsSettings(Settings):
+    """`dyncc control pins [--pop POP]`: the pins in force, who pinned them, when and why."""
+
+    COMPONENT: ClassVar[str] = "control pins"
+
+    pins_pops: tuple[str, ...] = setting(
+        (), STR, "only these POPs (repeatable)", flag="--pop", dest="pins_pops", repeatable=True, metavar="POP",
+        cli_only=True, validator=_pop,
+    )  # fmt: skip

@@ -54,7 +54,7 @@ def run(settings: AccessLogSettings) -> int:
     setup_logging(settings.verbose)
     settings.check_host()
     metrics = AccessLogMetrics()
-    start_metrics(settings.metrics_port, metrics.registry)
+    start_metrics(settings.metrics_port, metrics.registry, settings.metrics_address)
     store = open_store(settings.clickhouse)
     try:
         if not settings.no_migrate:

@@ -44,7 +44,7 @@ def run(settings: IngestSettings) -> int:
     # crashed at interpreter exit with frozen objects.)
     gc.set_threshold(50_000, 20, 20)
     metrics = IngestMetrics()
-    start_metrics(settings.metrics_port, metrics.registry)
+    start_metrics(settings.metrics_port, metrics.registry, settings.metrics_address)
     kafka_cfg = None
     if settings.kafka:
         from controller.ingest.kafka import KafkaConfig, wait_for_brokers
@@ -78,9 +78,12 @@ def run(settings: IngestSettings) -> int:
 
             assert kafka_cfg is not None
             cfg = kafka_cfg
+            from dyncc_common.kafka_security import describe
+
             log.info(
-                "ingest %s topic %s group %s -> %s",
+                "ingest %s (%s) topic %s group %s -> %s",
                 settings.kafka,
+                describe(settings.kafka_security),
                 settings.topic,
                 settings.group,
                 store.url.redacted(),

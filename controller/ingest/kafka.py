@@ -35,7 +35,13 @@
   Lag = high watermark - committed offset (the low watermark when the group
   committed nothing), so it counts messages consumed but not yet loaded.
 * Start: wait_for_brokers() asks for the topic's metadata for up to
-  --connect-timeout and fails with one line (exit 2) naming the brokers.
+  --connect-timeout and fails with one line (exit 2) naming the brokers.  A --drain run
+  (a script waiting for the answer) probes for at most DRAIN_PROBE_SECONDS (5 s) instead:
+  a dead or mistyped broker is said in seconds, not after the daemon's 30 s.  A broker that
+  refuses the client's password or certificate (or a TLS listener spoken to in plaintext) is
+  said at once, also one line, exit 2 (dyncc_common.kafka_security); after a successful start
+  such failures are counted (kafka_errors{op="client"}) and retried as for an outage.
+* TLS / SASL: `security` holds the librdkafka options of the --kafka-ca ... settings.
 * Rebalance: before partitions are revoked the buffered group is flushed and
   committed (or, if the store is down, dropped uncommitted for the next owner).
 * --drain: exit once every assigned partition has lag 0 (everything
@@ -55,7 +61,7 @@ import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from controller.ingest.metrics import IngestMetrics
@@ -64,6 +70,7 @@ from controller.ingest.writer import BatchWriter, FlushResult, Incoming, Prepare
 from controller.store import StoreError
 from dyncc_common.errors import ConfigError
 from dyncc_common.kafka_log import KafkaLog
+from dyncc_common.kafka_security import KafkaSecurityError, librdkafka_options, security_message
 from dyncc_common.runtime import StopFlag
 
 log = logging.getLogger("dyncc.ingest")
@@ -75,6 +82,9 @@ Key = tuple[str, int]  # (topic, partition)
 
 
 _DEFAULTS = IngestSettings.defaults()  # the settings table holds the defaults: not repeated here
+
+
+DRAIN_PROBE_SECONDS = 5.0  # a --drain run's start probe: a dead broker is said in seconds
 
 
 @dataclass
@@ -97,12 +107,17 @@ class KafkaConfig:
     kafka_timeout: float = 2.0  # bound of one housekeeping request (committed offsets, watermarks)
     log_interval: float = 10.0  # repeated Kafka messages: one summary line per interval
     connect_timeout: float = _DEFAULTS["connect_timeout"]  # wait_for_brokers(); 0 = do not check
+    #: where the start probe's time comes from, for its error line
+    connect_option: str = "--connect-timeout"
+    #: librdkafka's TLS / SASL options (dyncc_common.kafka_security.librdkafka_options); holds the password
+    security: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def from_settings(cls, settings: IngestSettings) -> KafkaConfig:
         """The Kafka loader's configuration (needs --kafka: ConfigError)."""
         if not settings.kafka:
             raise ConfigError("--kafka BROKERS is needed to read from Kafka")
+        connect, option = start_probe(settings.connect_timeout, settings.drain)
         return cls(
             brokers=settings.kafka,
             topic=settings.topic,
@@ -114,8 +129,21 @@ class KafkaConfig:
             inserters=settings.inserters,
             drain=settings.drain,
             backoff_max=settings.backoff_max,
-            connect_timeout=settings.connect_timeout,
+            connect_timeout=connect,
+            connect_option=option,
+            security=librdkafka_options(settings.kafka_security),
         )
+
+
+def start_probe(connect_timeout: float, drain: bool) -> tuple[float, str]:
+    """(seconds, the option they come from) of the start probe (wait_for_brokers).  Pure.
+
+    A long-running loader waits up to --connect-timeout (0: no probe, wait forever) for a broker at
+    start and rides out later outages; a --drain run waits at most DRAIN_PROBE_SECONDS (unless
+    --connect-timeout is shorter, or 0)."""
+    if drain and connect_timeout > DRAIN_PROBE_SECONDS:
+        return DRAIN_PROBE_SECONDS, f"--drain: at most {DRAIN_PROBE_SECONDS:g}s"
+    return connect_timeout, "--connect-timeout"
 
 
 def consumer_settings(cfg: KafkaConfig, kafka_log: KafkaLog | None = None) -> dict[str, Any]:
@@ -140,6 +168,7 @@ def consumer_settings(cfg: KafkaConfig, kafka_log: KafkaLog | None = None) -> di
         "heartbeat.interval.ms": 1_000,
         "client.id": f"dyncc-ingest-{os.getpid()}",
         "logger": kafka_log or kafka_logger,
+        **cfg.security,
     }
     if kafka_log is not None:
         settings["error_cb"] = kafka_log.error
@@ -175,11 +204,14 @@ def wait_for_brokers(cfg: KafkaConfig, metrics: IngestMetrics | None = None) -> 
                     metrics.kafka_errors.labels("metadata").inc()
                 reason = _error_text(exc)
             consumer.poll(0)  # serves the client's error callbacks: the reason of the failure
+            kind, text = quiet.security_failure()
+            if kind:  # the broker answered, and refused us: waiting longer changes nothing
+                raise KafkaSecurityError(f"Kafka {cfg.brokers}: {security_message(kind, text)}")
     finally:
         consumer.close()
     detail = quiet.last_error or reason
     raise ConfigError(
-        f"cannot reach Kafka broker {cfg.brokers} within {cfg.connect_timeout:g}s (--connect-timeout): {detail}"
+        f"cannot reach Kafka broker {cfg.brokers} within {cfg.connect_timeout:g}s ({cfg.connect_option}): {detail}"
     )
 
 

@@ -18,7 +18,9 @@ from typing import ClassVar
 
 from controller.store.settings import STORE_URL_HELP
 from dyncc_common.errors import ConfigError
+from dyncc_common.kafka_security import KafkaSecurity
 from dyncc_common.names import check_brokers, check_pop, check_topic
+from dyncc_common.runtime import METRICS_ADDRESS
 from dyncc_common.settings import (
     BOOL,
     CONFIG_FILE,
@@ -30,6 +32,7 @@ from dyncc_common.settings import (
     Settings,
     at_least,
     in_range,
+    part,
     reuse,
     setting,
 )
@@ -70,13 +73,15 @@ class IngestSettings(Settings):
     backoff_max: float = setting("30s", DURATION, "cap of the retry backoff while the store is down")
     connect_timeout: float = setting(
         "30s", DURATION,
-        "at start, give up (exit 2) when no Kafka broker answers within this time (0 = wait forever); "
-        "later broker outages are ridden out",
+        "at start, give up (exit 2) when no Kafka broker answers within this time (0 = wait forever; with "
+        "--drain at most 5s); later broker outages are ridden out",
     )  # fmt: skip
     no_migrate: bool = setting(False, BOOL, "do not apply schema migrations at start")
     metrics_port: int = setting(9311, INT, "Prometheus metrics port (0 = off)", validator=in_range(0, 65535))
+    metrics_address: str = reuse(METRICS_ADDRESS)
     verbose: bool = reuse(VERBOSE)
     config: str | None = reuse(CONFIG_FILE)
+    kafka_security: KafkaSecurity = part(KafkaSecurity)
 
     def __post_init__(self) -> None:
         """Cross-field checks: one source; the topic and group matter with --kafka only."""
@@ -141,6 +146,7 @@ class AccessLogSettings(Settings):
     backoff_max: float = setting("30s", DURATION, "cap of the retry backoff while the store is down (--follow)")
     no_migrate: bool = setting(False, BOOL, "do not apply schema migrations at start")
     metrics_port: int = setting(0, INT, "Prometheus metrics port (0 = off)", validator=in_range(0, 65535))
+    metrics_address: str = reuse(METRICS_ADDRESS)
     verbose: bool = reuse(VERBOSE)
     config: str | None = reuse(CONFIG_FILE)
 

@@ -9,7 +9,8 @@ Each report section is one query file.  The parts they share are files of their 
 by `compose` (controller/store/sql.py splice): `{{source}}` (the per-bucket delivery-rate states,
 from the 5-minute rollup or from raw tcpinfo in finer buckets), `{{groups}}` (the treated /
 holdout group of each prefix), `{{requests}}` (the access-log requests that count for goodput)
-and `{{reverted}}` (the revert decisions).
+and `{{reverted}}` (the revert decisions).  The operator's pins in force (store_pins.sql) are read
+whatever the window: a pin holds until it is removed.
 
 Goodput comes from http_requests (the access logs); only when that table has no row at all in
 the window (or does not exist) does the report fall back to the busy_time approximation of
@@ -104,6 +105,7 @@ class ReportData:
     effect_goodput: pd.DataFrame = field(default_factory=_empty)  # effects.py input, p10 goodput
     reverted: pd.DataFrame = field(default_factory=_empty)  # newest REVERTED_LIMIT reverts
     reverted_total: int = 0
+    pins: pd.DataFrame = field(default_factory=_empty)  # the operator's pins in force (store_pins.sql)
     trials: report_trials.TrialData | None = None  # the effect model's figures (None: no window)
 
 
@@ -257,6 +259,8 @@ def load(
     data.reverted = _q(store, "report_reverted", {**params, "limit": REVERTED_LIMIT}, reverted=REVERTED)
     rows = store.query_rows(compose("report_reverted_count", reverted=REVERTED), params)
     data.reverted_total = int(rows[0][0]) if rows else 0
+    if store.table_exists("pins"):  # a store from before sql/migrations/012 has none
+        data.pins = _q(store, "store_pins", {"pop": pop})
     if asn_table is not None:
         data.isp = load_isp(store, params, asn_table, source)
     data.trials = load_trials(

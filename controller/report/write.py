@@ -124,6 +124,18 @@ def _selections_section(data: report_data.ReportData) -> Section:
             "holdout (last round)",
         ]
         tables.append(table(header, rows))
+    notes = []
+    if not data.pins.empty:
+        pins = [
+            [r.pop, r.prefix, r.algorithm, r.who, f"{r.time:%Y-%m-%d %H:%M}", r.why]
+            for r in data.pins.itertuples(index=False)
+        ]
+        tables.append(table(["POP", "prefix", "pinned to", "by", "since (UTC)", "why"], pins))
+        notes.append(
+            f"{len(pins)} prefix(es) pinned by an operator ('dyncc control pin'): every round keeps them on the "
+            "pinned algorithm whatever their scores, trials and the caps say; a bbr pin is in the POP's signed "
+            "config, a cubic pin is not. Pinned prefixes are not counted as treated or holdout."
+        )
     return Section(
         "selections",
         "New prefixes selected per round",
@@ -133,6 +145,7 @@ def _selections_section(data: report_data.ReportData) -> Section:
         svg,
         "No controller rounds (selections) in the report window.",
         tables=tables,
+        notes=notes,
     )
 
 
@@ -537,14 +550,15 @@ def _reverted_section(data: report_data.ReportData) -> Section:
             "Low rate: the prefix's p10 delivery rate when it was selected and at the revert, as the "
             "controller measured them in its window (descriptive, not an effect). Trial effect: the p10 "
             "delivery-rate effect and interval the deciding round judged; 'no trial' for a revert that ended "
-            "no trial (no traffic for the expiry time, a denied prefix)."
+            "no trial (no traffic for the expiry time, a denied prefix, over the cap)."
         )
     return Section(
         "reverted",
         "Prefixes reverted to CUBIC",
         "Prefixes the controller moved back from BBR in the window, newest first, with the decision's "
         "reason: their trial's BBR blocks did worse than its CUBIC blocks (the interval lies below 0), "
-        "or they had no traffic for the expiry time, or config validation refuses them.",
+        "or they had no traffic for the expiry time, or config validation refuses them (denied), or the POP "
+        "was over its --max-bbr-per-pop cap (over cap: the weakest evidence leaves first).",
         None,
         "No prefix was reverted in the report window.",
         tables=tables,

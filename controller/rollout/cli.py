@@ -15,7 +15,9 @@ Bad input is a ConfigError (one line, exit 2) found before anything is
 published: a malformed POP name, publishing options that cannot work (no or
 unreadable --key, nowhere to publish, bad validation or rollout settings), and
 for kill-switch a POP the store does not know (no telemetry, no published
-config; controller/store/pops.py) unless --force.
+config; controller/store/pops.py) unless --force; for rollout status|advance a --pop the
+store knows nothing of (no telemetry, config, rollout or host report), which would
+otherwise print "IDLE stable v0" for a typo.
 """
 
 from __future__ import annotations
@@ -84,10 +86,13 @@ def keygen(settings: KeygenSettings) -> int:
         private_path, public_path = write_key_pair(settings.out_dir, settings.name, settings.force)
     except OSError as exc:
         raise ConfigError(f"cannot write a key pair in {settings.out_dir}: {exc.strerror or exc}") from exc
+    from schemas.signing import key_id, load_public_key
+
     print(
         f"wrote {private_path} (private, mode 0600: the controller's --key) and "
         f"{public_path} (public: every agent's --public-key)"
     )
+    print(f"key id {key_id(load_public_key(public_path))} (configs signed with it carry it; docs/rollout.md: rotation)")
     return 0
 
 
@@ -99,6 +104,8 @@ def rollout(store_url: str | None, cfg: RolloutSettings, settings: RolloutAction
         check_publish_options(cfg)
     store = _store(store_url)
     try:
+        if settings.status_pops:  # a typo would print "IDLE stable v0" for a POP that does not exist
+            require_status_pops(store, list(settings.status_pops))
         if settings.rollout_action == "advance":
             from controller.rollout.publish import Publisher
 
@@ -107,6 +114,19 @@ def rollout(store_url: str | None, cfg: RolloutSettings, settings: RolloutAction
         return 0
     finally:
         store.close()
+
+
+def require_status_pops(store: Any, pops: list[str]) -> None:
+    """ConfigError (exit 2, one line naming the known POPs) for a --pop of `rollout status|advance`
+    that the store knows nothing of: no telemetry, no config, no rollout and no host report."""
+    from controller.rollout import records as rs
+    from controller.store.pops import known_pops, unknown_pop_message
+
+    known = sorted(set(known_pops(store)) | set(rs.known_pops(store)))
+    for pop in pops:
+        message = unknown_pop_message(pop, known, hint="no rollout and no host report either")
+        if message is not None:
+            raise ConfigError(message)
 
 
 def kill_switch(store_url: str | None, cfg: RolloutSettings, settings: KillSwitchSettings) -> int:

@@ -208,6 +208,8 @@ class RolloutEngine:
         diff = diff_entries(stable, config.entries)
         fp = fingerprint(config.entries)
         if diff.total == 0 and len({e.prefix for e in config.entries}) == len(config.entries):
+            if state.stable_version and self._stable_key_id(pop, state.stable_version) != self.signer.key_id:
+                return self._resign(state, config, diff, fp, latest)
             log.info(
                 "%s: desired state unchanged (%d prefixes, stable v%d); nothing to publish",
                 pop,
@@ -269,19 +271,48 @@ class RolloutEngine:
         if toggle:
             why = "a trial's switchback toggle of prefixes that already passed a canary"
         log.info("%s: v%d (%s) published to the whole POP (%s)", pop, config.version, diff.summary(), why)
+        return self._save_full(state, config, fp, now, f"published to the whole POP ({why})")
+
+    def _save_full(
+        self, state: RolloutState, config: CongestionConfig, fp: str, started_ns: int, reason: str
+    ) -> RolloutState:
+        """The state after `config` went to the whole POP at once: it is the stable config."""
         return self._save(
             state,
             phase=IDLE,
             event="full",
-            rollout_id=f"{pop}-v{config.version}",
+            rollout_id=f"{state.pop}-v{config.version}",
             stable_version=config.version,
             candidate_version=config.version,
             wave_version=config.version,
             wave_hosts=(),
-            wave_started_ns=now,
+            wave_started_ns=started_ns,
             candidate_fingerprint=fp,
-            reason=f"published to the whole POP ({why})",
+            reason=reason,
         )
+
+    def _stable_key_id(self, pop: str, version: int) -> str:
+        config = rs.load_published_config(self.store, pop, version)
+        return config.key_id if config is not None else self.signer.key_id
+
+    def _resign(
+        self, state: RolloutState, config: CongestionConfig, diff: ConfigDiff, fp: str, latest: Mapping[str, HostReport]
+    ) -> RolloutState:
+        """The desired state is the config in force, but that was signed by another key (the controller
+        switched keys: a key rotation, docs/rollout.md): publish it again POP-wide, signed with the new
+        key, so no agent depends on the old key once it is removed (no canary: no prefix changes)."""
+        pop, stable_version = state.pop, state.stable_version
+        reasons = validate(
+            config, previous=self._entries(pop, stable_version), last_version=config.version - 1,
+            available=available_algorithms(latest), policy=self.policy,
+        )  # fmt: skip
+        if reasons:
+            self._reject(config, "full", diff, reasons)
+            return state
+        self._publish(config, "full", diff)
+        log.info("%s: v%d = stable v%d re-signed with key %s", pop, config.version, stable_version, config.key_id)
+        reason = f"stable v{stable_version} re-signed with key {config.key_id} (key rotation)"
+        return self._save_full(state, config, fp, config.created_at_ns, reason)
 
     def _toggles_only(
         self, pop: str, desired: DesiredState, stable: list[PrefixEntry], diff: ConfigDiff, version: int, now: int

@@ -51,6 +51,7 @@ from controller.store.outcomes import (
 )
 from controller.store.sql import query
 from dyncc_common.errors import ConfigError
+from dyncc_common.kafka_security import librdkafka_options
 
 if TYPE_CHECKING:
     from controller.rollout.settings import RolloutSettings
@@ -60,7 +61,7 @@ __all__ = ["Publisher"]
 log = logging.getLogger("dyncc.publish")
 
 
-class _Metrics:
+class PublisherMetrics:
     """The publisher's counters on one registry."""
 
     def __init__(self, registry: Any) -> None:
@@ -104,7 +105,7 @@ class Publisher:
         self.store = store
         self.cfg = cfg
         self.clock = clock
-        self.metrics = _Metrics(registry)
+        self.metrics = PublisherMetrics(registry)
         self.policy = ValidationPolicy.from_settings(cfg)
         self.rollout_config = RolloutConfig.from_settings(cfg)
         self._sink: ConfigSink | None = None
@@ -118,12 +119,17 @@ class Publisher:
         if self._sink is None or self._signer is None:
             cfg = self.cfg
             signer = Signer.from_file(Path(str(cfg.private_key)))
+            kafka_options = librdkafka_options(cfg.kafka_security) if cfg.kafka else {}  # TLS / SASL
             sink: ConfigSink = (
                 DirConfigSink(Path(cfg.publish_dir))
                 if cfg.publish_dir
-                else KafkaConfigSink(str(cfg.kafka), cfg.config_topic)
+                else KafkaConfigSink(str(cfg.kafka), cfg.config_topic, options=kafka_options)
             )
-            self._status = StatusIngestor(cfg.kafka, cfg.status_topic, cfg.status_group) if cfg.kafka else None
+            self._status = (
+                StatusIngestor(cfg.kafka, cfg.status_topic, cfg.status_group, options=kafka_options)
+                if cfg.kafka
+                else None
+            )
             self._sink, self._signer = sink, signer
             log.info(
                 "publishing configs to %s (key id %s)%s",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from dyncc_common.errors import ConfigError
+from dyncc_common.kafka_security import KafkaSecurity
 from dyncc_common.names import check_pop
 from dyncc_common.settings import (
     BOOL,
@@ -29,6 +30,7 @@ from dyncc_common.settings import (
     SIZE,
     STR,
     Settings,
+    part,
     setting,
 )
 
@@ -132,6 +134,7 @@ class RolloutSettings(Settings):
     config_topic: str = setting("dyncc-configs", STR, "compacted config topic (key = POP)", section=PUBLISHING)
     status_topic: str = setting("dyncc-apply-status", STR, "ApplyStatus topic (key = host)", section=PUBLISHING)
     status_group: str = setting("dyncc-controller", STR, "consumer group for statuses", section=PUBLISHING)
+    kafka_security: KafkaSecurity = part(KafkaSecurity)  # TLS / SASL of --kafka
 
     deny: tuple[str, ...] = setting(
         (), STR, "never route inside/over this range (infrastructure, anycast, back office); repeatable",

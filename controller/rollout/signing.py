@@ -7,20 +7,15 @@ operator can tell which key signed a config (`dyncc control rollout status`).
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from dyncc_common.errors import ConfigError
 from schemas.congestion_pb2 import CongestionConfig
-from schemas.signing import generate_keypair, load_private_key, sign
+from schemas.signing import generate_keypair, key_id, load_private_key, sign
 
-
-def key_id(public_key: Ed25519PublicKey) -> str:
-    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return hashlib.sha256(raw).hexdigest()[:16]
+__all__ = ["Signer", "key_id", "keygen"]
 
 
 class Signer:

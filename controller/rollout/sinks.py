@@ -8,7 +8,9 @@ KafkaConfigSink creates the topic with cleanup.policy=compact when missing
 (AdminClient) and warns when an existing topic is not compacted; every publish
 waits for the broker's acknowledgement (acks=all, idempotent producer) and
 raises PublishError otherwise.  DirConfigSink writes DIR/<pop>.cfg and
-DIR/<pop>.canary.cfg atomically (temp file, fsync, rename).
+DIR/<pop>.canary.cfg atomically (temp file, fsync, rename).  `options` are
+librdkafka's TLS / SASL settings (dyncc_common.kafka_security.librdkafka_options);
+a broker that refuses them is a PublishError saying so (not "unreachable").
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from typing import Any, Protocol
 
 from dyncc_common.errors import DynccError
 from dyncc_common.files import atomic_write
+from dyncc_common.kafka_log import KafkaLog
+from dyncc_common.kafka_security import KafkaSecurityError, probe
 from schemas.congestion_pb2 import CongestionConfig
 
 log = logging.getLogger("dyncc.publish")
@@ -79,13 +83,33 @@ class DirConfigSink:
 
 
 def ensure_topic(
-    brokers: str, topic: str, *, compact: bool, timeout: float = 15.0, retention_ms: int | None = None
+    brokers: str,
+    topic: str,
+    *,
+    compact: bool,
+    timeout: float = 15.0,
+    retention_ms: int | None = None,
+    options: dict[str, Any] | None = None,
 ) -> None:
     """Create `topic` if missing (compacted when `compact`); warn if an existing one differs."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": brokers, "socket.timeout.ms": int(timeout * 1000)})
+    quiet = KafkaLog(log, quiet=True)
+    conf: dict[str, Any] = {
+        "bootstrap.servers": brokers,
+        "socket.timeout.ms": int(timeout * 1000),
+        "logger": quiet,
+        "error_cb": quiet.error,
+        **(options or {}),
+    }
+    admin = AdminClient(conf)
+    try:
+        unanswered = probe(admin, quiet, brokers, timeout)
+    except KafkaSecurityError as exc:
+        raise PublishError(str(exc)) from exc
+    if unanswered is not None:
+        raise PublishError(f"Kafka {brokers} unreachable: {unanswered}")
     try:
         meta = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
@@ -118,19 +142,25 @@ def ensure_topic(
 
 
 class KafkaConfigSink:
-    def __init__(self, brokers: str, topic: str, *, timeout: float = 15.0) -> None:
+    def __init__(
+        self, brokers: str, topic: str, *, timeout: float = 15.0, options: dict[str, Any] | None = None
+    ) -> None:
         from confluent_kafka import Producer
 
         self.topic = topic
         self.timeout = timeout
         self.description = f"Kafka {brokers} topic {topic}"
-        ensure_topic(brokers, topic, compact=True, timeout=timeout)
+        ensure_topic(brokers, topic, compact=True, timeout=timeout, options=options)
+        self.kafka_log = KafkaLog(logging.getLogger("dyncc.publish.kafka"))  # rate-limited librdkafka log
         self._producer = Producer(
             {
                 "bootstrap.servers": brokers,
                 "acks": "all",
                 "enable.idempotence": True,
                 "message.timeout.ms": int(timeout * 1000),
+                "logger": self.kafka_log,
+                "error_cb": self.kafka_log.error,
+                **(options or {}),
             }
         )
 

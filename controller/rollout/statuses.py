@@ -22,6 +22,7 @@ from google.protobuf.message import DecodeError
 
 from controller.rollout.sinks import PublishError, ensure_topic
 from controller.store import Store
+from dyncc_common.kafka_log import KafkaLog
 from schemas.congestion_pb2 import ApplyStatus
 
 log = logging.getLogger("dyncc.status")
@@ -134,16 +135,28 @@ class IngestResult:
 class StatusIngestor:
     """Drains the status topic into the store once per call (see the module docstring)."""
 
-    def __init__(self, brokers: str, topic: str, group_id: str, *, timeout: float = 15.0) -> None:
+    def __init__(
+        self,
+        brokers: str,
+        topic: str,
+        group_id: str,
+        *,
+        timeout: float = 15.0,
+        options: dict[str, Any] | None = None,
+    ) -> None:
         self.brokers = brokers
         self.topic = topic
         self.group_id = group_id
         self.timeout = timeout
+        self.options = dict(options or {})  # librdkafka's TLS / SASL settings (kafka_security)
         self._topic_checked = False
+
+        self.kafka_log = KafkaLog(logging.getLogger("dyncc.publish.kafka"))  # rate-limited librdkafka log
 
     def _consumer(self) -> Any:
         from confluent_kafka import Consumer
 
+        kafka_log = self.kafka_log
         return Consumer(
             {
                 "bootstrap.servers": self.brokers,
@@ -152,6 +165,9 @@ class StatusIngestor:
                 "auto.offset.reset": "earliest",
                 "fetch.wait.max.ms": 100,
                 "socket.timeout.ms": int(self.timeout * 1000),
+                "logger": kafka_log,
+                "error_cb": kafka_log.error,
+                **self.options,
             }
         )
 
@@ -159,7 +175,14 @@ class StatusIngestor:
         from confluent_kafka import KafkaException, TopicPartition
 
         if not self._topic_checked:
-            ensure_topic(self.brokers, self.topic, compact=False, timeout=self.timeout, retention_ms=7 * 86400 * 1000)
+            ensure_topic(
+                self.brokers,
+                self.topic,
+                compact=False,
+                timeout=self.timeout,
+                retention_ms=7 * 86400 * 1000,
+                options=self.options,
+            )
             self._topic_checked = True
         consumer = self._consumer()
         result = IngestResult()

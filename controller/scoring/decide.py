@@ -13,6 +13,8 @@ prefix with a decision and its reason:
   holdout  a candidate kept on CUBIC as the control group (stable hash choice)
   skip     stays on CUBIC: not a candidate, too little data, low RTT, cooldown, capped,
            or denied: config validation would refuse the prefix (`refuse`)
+  pin      an operator's pin (controller/scoring/pins.py): the pinned algorithm, whatever the
+           rules above say; a running trial ends, no hold, holdout or baseline is kept
 
 Candidate: counted_buckets >= min_buckets, duty_cycle >= min_duty,
 flap_ratio <= max_flap, and not low-RTT (the per-bucket median min_rtt is below
@@ -26,7 +28,18 @@ have been held at least min_hold.  Times are epoch seconds; 0 means "not set".
 length, canonical form) or None.  A refused prefix is never a candidate nor a
 holdout; it is skipped with the reason "denied: ...", and reverted (no cooldown)
 when it was on BBR, so it never reaches a config.  Only candidates and prefixes
-carrying state are asked.
+carrying state are asked.  A denied prefix pinned to BBR is not pinned (the deny list wins:
+validation would refuse the POP's config); a cubic pin of it holds.
+
+The cap `max_per_pop` (--max-bbr-per-pop) holds in the round it is given, also when lowered
+below what is on BBR: the POP shrinks to the cap that round.  Pinned BBR prefixes count against
+it but never leave for it; of the others on BBR (kept, or in a trial going on), those with the
+weakest evidence leave first, decision `revert`, reason "over cap: ...", no cooldown.  Weakest
+evidence, in this order (`weakest_first`): the lowest lower bound of the prefix's trial effect
+interval (the effect model, controller/evidence/model.py; a prefix without an interval, e.g. a
+trial with too few blocks so far or one kept while trials were off, has no evidence and leaves
+first), then the lowest effect estimate, then the lowest duty cycle (the score: the less often it
+is bad on CUBIC, the less it needs BBR), then the prefix (a stable order).
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ from controller.evidence.settings import EvidenceSettings
 from controller.evidence.trial import GO_ON, judge, next_arm
 from controller.evidence.trial import KEEP as KEEP_VERDICT
 from controller.scoring.frames import by_pop_prefix, columns_of, frame, pop_bounds, sorting, texts
+from controller.scoring.pins import Pin, pin_reason
 from controller.scoring.query import SCORE_COLUMNS
 from controller.scoring.settings import ScoringSettings
 from schemas.addresses import prefix_family
@@ -52,6 +66,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 SELECT, KEEP, REVERT, HOLDOUT, SKIP, TRIAL = "select", "keep", "revert", "holdout", "skip", "trial"
+PIN = "pin"  # an operator's pin: on BBR when its `algorithm` is not cubic
+OVER_CAP = "over cap"  # the start of the reason of a prefix reverted for the cap
 ON_BBR = (SELECT, KEEP)  # on BBR for good; a TRIAL row is on BBR while its `algorithm` is bbr
 
 # State columns carried from round to round (see sql/migrations/003_controller.sql).
@@ -87,6 +103,8 @@ class PopSummary:
     trials: int = 0  # in a trial after the round (on either arm)
     kept_by_trial: int = 0  # trials that ended keep this round
     reverted_by_trial: int = 0  # trials that ended revert this round
+    over_cap: int = 0  # reverted this round for --max-bbr-per-pop
+    pinned: int = 0  # pinned prefixes (either algorithm)
 
 
 def holdout_hash(pop: str, prefix: str, salt: str) -> float:
@@ -129,8 +147,12 @@ def decide(
     refuse: Callable[[str], str | None] | None = None,
     evidence: EvidenceSettings | None = None,
     trial_effects: Mapping[tuple[str, str], Effect] | None = None,
+    pins: Mapping[tuple[str, str], Pin] | None = None,
 ) -> pd.DataFrame:
     """Decisions for every scored or stateful prefix; see the module docstring.
+
+    `pins`: (pop, prefix) -> the operator's pin in force (controller/scoring/pins.py); a pinned
+    prefix without data or state gets a row too.
 
     `evidence`: the trial settings (None or trial_blocks 0: no trials, a selected prefix goes
     straight to BBR); `trial_effects`: (pop, prefix) -> the effect of the prefix's running trial
@@ -142,6 +164,8 @@ def decide(
     columns, decision, algorithm, reason, holdout and the new state.  Numpy on
     columns: no per-row pandas work (the frames are only unpacked and packed).
     """
+    if pins:
+        previous = with_pinned_rows(previous, scores, pins)
     n, cols, scored = joined_columns(scores, previous)
     prev_dec = cols["prev_decision"]
     counted = cols["counted_buckets"]
@@ -168,12 +192,26 @@ def decide(
     pops = cols["pop"]
     prefixes = cols["prefix"]
     bounds = pop_bounds(pops)
+    pin_algo = np.full(n, "", dtype=object)
+    pin_text = np.full(n, "", dtype=object)
+    if pins:  # rows are sorted by (pop, prefix): look each pin up, not each row
+        spans = {str(pops[a]): (a, b) for a, b in bounds}
+        for (p, x), pin in pins.items():
+            a, b = spans.get(p, (0, 0))
+            j = a + int(np.searchsorted(prefixes[a:b], x)) if b > a else b
+            if j < b and prefixes[j] == x:
+                pin_algo[j], pin_text[j] = pin.algorithm, pin_reason(pin)
     denied = np.full(n, "", dtype=object)
     if refuse is not None:
-        for j in np.flatnonzero(candidate | was_bbr | was_trial | was_holdout).tolist():
+        for j in np.flatnonzero(candidate | was_bbr | was_trial | was_holdout | (pin_algo != "")).tolist():
             denied[j] = refuse(str(prefixes[j])) or ""
     refused = denied != ""
-    candidate &= ~refused
+    pinned = (pin_algo != "") & ~(refused & (pin_algo != CUBIC))  # the deny list beats a BBR pin
+    pinned_bbr = pinned & (pin_algo != CUBIC)
+    candidate &= ~refused & ~pinned
+    was_bbr &= ~pinned
+    was_trial &= ~pinned
+    was_holdout &= ~pinned
     hashed = np.zeros(n, dtype=bool)
     for j in np.flatnonzero((candidate | was_holdout) & ~was_bbr & ~was_trial).tolist():
         hashed[j] = holdout_hash(pops[j], prefixes[j], cfg.holdout_salt) < cfg.holdout_fraction
@@ -224,7 +262,21 @@ def decide(
         else:
             trial_revert[j] = True
     keep |= trial_keep
-    on_now = keep | trial_go  # counts against the POP's cap
+
+    # The cap holds this round: over it (lowered, or pins added), the weakest evidence leaves first.
+    over_cap = np.zeros(n, dtype=bool)
+    evidence_low = t_low.copy()  # the lower bounds the cap ranked by (for the reasons)
+    on_now = keep | trial_go  # counts against the POP's cap, with the BBR pins
+    for a, b in bounds:
+        limit = max(0, cfg.max_per_pop - int(pinned_bbr[a:b].sum()))
+        idx = a + np.flatnonzero(on_now[a:b])
+        if len(idx) > limit:
+            ranked = idx[weakest_first(t_low[idx], t_eff[idx], duty[idx], prefixes[idx])]
+            over_cap[ranked[: len(idx) - limit]] = True
+    keep &= ~over_cap
+    trial_keep &= ~over_cap
+    trial_go &= ~over_cap
+    on_now = keep | trial_go
 
     # New selections: candidates not on BBR, not holdout, not cooling down; capped per POP.
     pending = candidate & ~was_bbr & ~was_trial & ~holdout & ~in_cooldown
@@ -233,7 +285,7 @@ def decide(
     for a, b in bounds:
         if not pending[a:b].any():
             continue
-        room = max(0, cfg.max_per_pop - int(on_now[a:b].sum()))
+        room = max(0, cfg.max_per_pop - int(on_now[a:b].sum()) - int(pinned_bbr[a:b].sum()))
         allowed = min(room, cfg.max_new_per_round)
         idx = a + np.flatnonzero(pending[a:b])
         order = np.lexsort((prefixes[idx], low[idx], flap[idx], -duty[idx]))  # worst duty first
@@ -250,20 +302,21 @@ def decide(
         t_eff[new_trial] = t_low[new_trial] = t_high[new_trial] = math.nan
     in_trial = trial_go | new_trial
 
-    revert_effect = trial_revert
-    reverted = revert_effect | revert_expired | revert_denied
+    revert_effect = trial_revert & ~over_cap
+    reverted = revert_effect | revert_expired | revert_denied | over_cap
     decision = np.full(n, SKIP, dtype=object)
     decision[keep] = KEEP
     decision[reverted] = REVERT
     decision[holdout] = HOLDOUT
     decision[in_trial] = TRIAL
     decision[select] = SELECT
+    decision[pinned] = PIN
     is_select = select
     is_trial = in_trial & ~select
     is_holdout = holdout & ~select & ~in_trial
     is_revert = reverted & ~holdout & ~select & ~in_trial
     is_keep = keep & ~reverted & ~holdout & ~select & ~in_trial
-    is_skip = ~(is_select | is_trial | is_holdout | is_revert | is_keep)
+    is_skip = ~(is_select | is_trial | is_holdout | is_revert | is_keep | pinned)
 
     selected_since[select] = now
     selected_since[trial_keep] = now
@@ -271,10 +324,10 @@ def decide(
     cooldown_until[revert_effect] = now + cfg.cooldown_seconds
     selected_since[~(keep | select | in_trial)] = 0
     selected_since[in_trial] = trial_since[in_trial]
-    clear_baseline = ~(keep | select | holdout | in_trial)
+    clear_baseline = ~(keep | select | holdout | in_trial) | pinned
     baseline_out[clear_baseline] = math.nan
     # the trial's start stays on the rows it decided (kept: while on BBR; reverted: that round)
-    clear_trial = ~(in_trial | is_keep | (is_revert & was_trial))
+    clear_trial = ~(in_trial | is_keep | (is_revert & was_trial)) | pinned
     trial_since[clear_trial] = 0
     t_eff[clear_trial] = t_low[clear_trial] = t_high[clear_trial] = math.nan
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -291,16 +344,23 @@ def decide(
     put(reason, is_select | (is_trial & new_trial), texts.select, rtt, low)
     for j in np.flatnonzero(is_trial & new_trial).tolist():
         reason[j] = f"{reason[j]}; trial starts, first block {arm[j]}"
-    from_trial = (is_trial & ~new_trial) | (is_keep & trial_keep) | (is_revert & trial_revert)
+    from_trial = (is_trial & ~new_trial) | (is_keep & trial_keep) | (is_revert & revert_effect)
     reason[from_trial] = trial_why[from_trial]
     kept_before = is_keep & ~trial_keep
     put(reason, kept_before & (trial_since > 0), texts.kept, t_eff, t_low, t_high)
     put(reason, kept_before & (trial_since == 0), texts.held, selected_since)
-    for j in np.flatnonzero(is_revert & trial_revert).tolist():
+    for j in np.flatnonzero(is_revert & revert_effect).tolist():
         reason[j] = f"{reason[j]}; cooldown {_fmt_hours(cfg.cooldown_seconds)}"
     has_denial = refused
     put(reason, is_revert & has_denial, texts.denied, denied)
-    put(reason, is_revert & ~has_denial & ~revert_effect, texts.no_traffic, last_seen)
+    put(reason, is_revert & ~has_denial & ~revert_effect & ~over_cap, texts.no_traffic, last_seen)
+    cap_counts = np.zeros(n, dtype=np.int64)  # on BBR before the cap, per POP (BBR pins included)
+    pin_counts = np.zeros(n, dtype=np.int64)
+    for a, b in bounds:
+        cap_counts[a:b] = int((over_cap | on_now | pinned_bbr)[a:b].sum())
+        pin_counts[a:b] = int(pinned_bbr[a:b].sum())
+    put(reason, is_revert & over_cap, texts.over_cap, cap_counts, pin_counts, evidence_low)
+    reason[pinned] = pin_text[pinned]
     put(reason, is_holdout, texts.holdout, candidate)
     # skip: the first rule that applies, in this order
     left = is_skip.copy()
@@ -322,6 +382,9 @@ def decide(
             put(reason, here, fn, *args)
         left &= ~here
 
+    for j in np.flatnonzero((pin_algo != "") & ~pinned).tolist():
+        reason[j] = f"{reason[j]}; pinned to {pin_algo[j]}, not applied: the deny list wins"
+
     final_cooldown = np.where(cooldown_until > now, cooldown_until, 0)
     # Rows worth writing: every scored prefix, plus unscored ones carrying state.
     keep_row = scored | ~is_skip | (final_cooldown > 0)
@@ -329,7 +392,11 @@ def decide(
     out.update(
         {
             "decision": decision,
-            "algorithm": np.where(is_select | is_keep | (is_trial & (arm == BBR)), cfg.algorithm, CUBIC).astype(object),
+            "algorithm": np.where(
+                pinned,
+                pin_algo,
+                np.where(is_select | is_keep | (is_trial & (arm == BBR)), cfg.algorithm, CUBIC),
+            ).astype(object),
             "reason": reason,
             "holdout": holdout.astype("uint8"),
             "selected_since": selected_since,
@@ -344,13 +411,46 @@ def decide(
             "trial_low": t_low,
             "trial_high": t_high,
             "new": is_select | (is_trial & new_trial),
-            "trial_ended": np.where(is_keep & trial_keep, KEEP, np.where(is_revert & trial_revert, REVERT, "")).astype(
+            "trial_ended": np.where(is_keep & trial_keep, KEEP, np.where(is_revert & revert_effect, REVERT, "")).astype(
                 object
             ),
             "scored": scored,
         }
     )
     return frame(out, None if keep_row.all() else keep_row)
+
+
+def weakest_first(low: np.ndarray, estimate: np.ndarray, duty: np.ndarray, prefixes: np.ndarray) -> np.ndarray:
+    """The order in which prefixes on BBR leave for the cap (see the module docstring): the lowest
+    lower bound of the trial effect interval first (none: first of all), then the lowest effect
+    estimate (none: first), then the lowest duty cycle, then the prefix.  Pure."""
+    lo = np.where(np.isfinite(low), low, -np.inf)
+    est = np.where(np.isfinite(estimate), estimate, -np.inf)
+    return np.lexsort((prefixes.astype(str), duty, est, lo))
+
+
+def with_pinned_rows(previous: pd.DataFrame, scores: pd.DataFrame, pins: Mapping[tuple[str, str], Pin]) -> pd.DataFrame:
+    """`previous` plus an empty state row (decision '') for each pinned (pop, prefix) that has
+    neither scores nor state, so a pin reaches the decisions (and the config) without data."""
+    import pandas as pd
+
+    known = set(zip(texts(previous["pop"]).tolist(), texts(previous["prefix"]).tolist(), strict=True))
+    known |= set(zip(texts(scores["pop"]).tolist(), texts(scores["prefix"]).tolist(), strict=True))
+    missing = sorted(k for k in pins if k not in known)
+    if not missing:
+        return previous
+    extra = {
+        name: [k[0] for k in missing]
+        if name == "pop"
+        else [k[1] for k in missing]
+        if name == "prefix"
+        else [""] * len(missing)
+        if dtype == "object"
+        else np.full(len(missing), math.nan if dtype == "float64" else 0, dtype=dtype)
+        for name, dtype in STATE_COLUMNS.items()
+    }
+    rows = pd.DataFrame(extra)
+    return rows if previous.empty else pd.concat([previous, rows], ignore_index=True)
 
 
 def joined_columns(scores: pd.DataFrame, previous: pd.DataFrame) -> tuple[int, dict[str, np.ndarray], np.ndarray]:
@@ -460,6 +560,14 @@ class Texts:
             f"{cfg.max_per_pop} per POP"
         )
 
+    def over_cap(self, du: float, fl: float, c: int, on_bbr: int, pinned: int, low: float) -> str:
+        pins = f", {pinned} of them pinned" if pinned else ""
+        evidence = f"trial effect lower bound {_pct(low)}" if math.isfinite(low) else "no trial effect interval"
+        return (
+            f"{OVER_CAP}: --max-bbr-per-pop {self.cfg.max_per_pop} with {on_bbr} on BBR{pins}; the weakest "
+            f"evidence leaves first ({evidence}, duty {du:.2f})"
+        )
+
     def too_few(self, du: float, fl: float, c: int) -> str:
         return (
             f"too few samples: counted in {c} buckets, needs {self.cfg.min_buckets} "
@@ -489,19 +597,23 @@ def summarize(decisions: pd.DataFrame) -> list[PopSummary]:
     algo = texts(decisions["algorithm"])
     new = decisions["new"].to_numpy(dtype=bool) if "new" in decisions else dec == SELECT
     ended = texts(decisions["trial_ended"]) if "trial_ended" in decisions else np.full(len(dec), "", dtype=object)
+    reasons = texts(decisions["reason"]) if "reason" in decisions else np.full(len(dec), "", dtype=object)
+    capped = np.array([r.startswith(OVER_CAP) for r in reasons.tolist()], dtype=bool)
     if order is not None:
-        algo, new, ended = algo[order], new[order], ended[order]
+        algo, new, ended, capped = algo[order], new[order], ended[order], capped[order]
     for a, b in pop_bounds(pops):
         d = dec[a:b]
         select, keep = int((d == SELECT).sum()), int((d == KEEP).sum())
         trial = d == TRIAL
         trial_bbr = int((trial & (algo[a:b] == "bbr")).sum())
+        pin = d == PIN
+        pin_bbr = int((pin & (algo[a:b] != CUBIC)).sum())
         finite = changes[a:b][~np.isnan(changes[a:b])]
         out.append(
             PopSummary(
                 pop=str(pops[a]),
                 scored=int(scored[a:b].sum()),
-                selected=select + keep + trial_bbr,
+                selected=select + keep + trial_bbr + pin_bbr,
                 new=int(new[a:b].sum()),
                 kept=keep,
                 reverted=int((d == REVERT).sum()),
@@ -511,6 +623,8 @@ def summarize(decisions: pd.DataFrame) -> list[PopSummary]:
                 trials=int(trial.sum()),
                 kept_by_trial=int((ended[a:b] == KEEP).sum()),
                 reverted_by_trial=int((ended[a:b] == REVERT).sum()),
+                over_cap=int(capped[a:b].sum()),
+                pinned=int(pin.sum()),
             )
         )
     return out

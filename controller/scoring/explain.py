@@ -2,7 +2,8 @@
 
 Prints which settings it used, the prefix's bucket timeline (statistic, POP threshold,
 bad/good), its scores against the candidate rules, the decision a round would make now (a
-dry run: nothing is written), and the last decision recorded in `selections`.
+dry run: nothing is written), the operator's pin of the prefix if any (controller/scoring/pins.py),
+and the last decision recorded in `selections`.
 `check_prefix` validates the --prefix argument (before the store is opened).
 
 Settings (`choose_settings`): those the latest round that decided the prefix (at or before
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from controller.evidence.load import Evidence, stored_trials
 from controller.evidence.settings import EvidenceSettings
 from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT
+from controller.scoring.pins import load_pins, pin_reason
 from controller.scoring.query import Window, epoch_seconds, prefix_timeline, refresh, window_for
 from controller.scoring.round import run_round
 from controller.scoring.round_settings import SettingsUnreadable, deciding_round, recorded_settings
@@ -209,6 +211,8 @@ def explain(
             f"(low RTT below {cfg.min_rtt_ms:g} ms)"
         )
         out.append(f"decision now (dry run): {r['decision']} -> {r['algorithm']}: {r['reason']}")
+    pinned = load_pins(store, pop).get((pop, prefix))
+    out.append(f"pin: {pin_reason(pinned)}" if pinned else "pin: none (the rounds decide it)")
     out.append(_last_recorded(last))
     out.extend(trial_lines(store, cfg, evidence or EvidenceSettings(), pop, prefix, now))
     return "\n".join(out)

@@ -20,20 +20,37 @@ import datetime as dt
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from controller.evidence.load import Evidence, Trial
-from controller.evidence.model import BBR, Effect
+from controller.evidence.model import BBR, CUBIC, Effect
 from controller.evidence.settings import EvidenceSettings
-from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT, KEEP, SELECT, TRIAL, PopSummary, decide, summarize
+from controller.scoring.decide import (
+    EXPIRE_SECONDS_DEFAULT,
+    KEEP,
+    PIN,
+    SELECT,
+    TRIAL,
+    PopSummary,
+    decide,
+    summarize,
+)
 from controller.scoring.desired import DesiredEntry, DesiredState
 from controller.scoring.frames import pop_bounds, sort_key, sorting, texts
+from controller.scoring.pins import load_pins
 from controller.scoring.query import Window, drop_old_cache, epoch_seconds, refresh, score_prefixes, window_for
-from controller.scoring.round_settings import write_round_settings
+from controller.scoring.round_settings import (
+    deny_change,
+    deny_text,
+    previous_deny,
+    write_round_controls,
+    write_round_settings,
+)
 from controller.scoring.settings import ScoringSettings
 from controller.scoring.state import load_previous, write_round
 from controller.store.outcomes import RECORDED, PublishOutcome, write_outcomes
@@ -74,6 +91,7 @@ def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -
     pops = pops[rows]
     algo = texts(decisions["algorithm"])[rows]
     chosen = (dec[rows] == SELECT) | (dec[rows] == KEEP) | ((dec[rows] == TRIAL) & (algo == BBR))
+    chosen |= (dec[rows] == PIN) & (algo != CUBIC)  # a BBR pin is in the config, a cubic pin is not
     new = decisions["new"].to_numpy(dtype=bool)[rows] if "new" in decisions else np.zeros(len(rows), dtype=bool)
     since = decisions["trial_since"].to_numpy(dtype="int64")[rows] if "trial_since" in decisions else None
     # a trial's prefix after its first round: toggled, kept or reverted by its trial
@@ -129,6 +147,15 @@ def running_trial_effects(
     return {t.key: ev.effect(t) for t in trials}
 
 
+def log_deny_changes(store: Store, pop: str, now: dt.datetime, deny: Sequence[str]) -> None:
+    """A warning per POP whose previous round applied another deny list (e.g. a --deny flag
+    dropped: its prefixes may be selected again)."""
+    for name, (round_id, before) in sorted(previous_deny(store, pop, now).items()):
+        change = deny_change(before, deny_text(deny))
+        if change:
+            log.warning("POP %s: the deny list changed since round %s: %s", name, round_id, change)
+
+
 def run_round(
     store: Store,
     cfg: ScoringSettings,
@@ -139,6 +166,7 @@ def run_round(
     publishing: bool = False,
     refuse: Callable[[str], str | None] | None = None,
     evidence: EvidenceSettings | None = None,
+    deny: Sequence[str] = (),
 ) -> RoundResult:
     """Score every prefix of `pop` ('' = all POPs) at `now`; write selections unless dry_run.
 
@@ -149,6 +177,9 @@ def run_round(
     refuses nothing (scoring does not know the publisher's policy).
     evidence: the effect model's and trials' settings (None: no trials); the running trials'
     effects are read from raw tcpinfo (controller/evidence/load.py) before deciding.
+    deny: the deny list behind `refuse`, as given: recorded per POP in round_controls with the
+    cap and the number of pins, and a change from the previous round's list is logged.
+    The pins in force (controller/scoring/pins.py) are read and held (decision `pin`).
     Not a dry run: the selections rows, a round_settings row (cfg, evidence, expire_seconds)
     and a `recorded` round_outcomes row per POP are written.  The scoring_buckets cache is
     refreshed even in a dry run (derived data).
@@ -175,6 +206,7 @@ def run_round(
     t = time.perf_counter()
     effects = running_trial_effects(store, cfg, evidence, previous, epoch_seconds(window.end))
     timings["evidence"] = time.perf_counter() - t
+    pins = load_pins(store, pop)
     t = time.perf_counter()
     decisions = decide(
         scores,
@@ -185,6 +217,7 @@ def run_round(
         refuse=refuse,
         evidence=evidence,
         trial_effects=effects,
+        pins=pins,
     )
     timings["decide"] = time.perf_counter() - t
     states = desired_states(decisions, round_id, round_time_ns)
@@ -195,6 +228,9 @@ def run_round(
         if written:
             pops = texts(decisions["pop"])
             write_round_settings(store, pops, round_id, round_time_ns, cfg, evidence, expire_seconds)
+            log_deny_changes(store, pop, now, deny)
+            per_pop = Counter(p for p, _ in pins)
+            write_round_controls(store, pops, round_id, round_time_ns, deny, cfg.max_per_pop, per_pop)
         write_outcomes(store, [(s, PublishOutcome(s.pop, RECORDED)) for s in states])
         drop_old_cache(store, window)
         timings["write"] = time.perf_counter() - t

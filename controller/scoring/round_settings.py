@@ -7,6 +7,10 @@ version.  `dyncc control explain` reads them back (`deciding_round`, `recorded_s
 explain a prefix with the settings of the latest round that decided it; the report and the lab's
 summary read the recorded bucket length (controller/evidence/load.py `recorded_bucket`).
 
+The operator's controls a round applied go to `round_controls` (sql/migrations/012): the deny
+list in force, --max-bbr-per-pop and the POP's pins (`write_round_controls`); a round compares its
+deny list with the previous round's (`previous_deny`, `deny_change`) and logs a change.
+
 A settings object is written as the values of its setting fields and read back by building the
 class from them: names the class does not know (written by a newer dyncc) are left out, names
 it lacks take the default, and the class's own checks run (SettingsUnreadable when they fail).
@@ -17,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,13 +41,18 @@ __all__ = [
     "RecordedSettings",
     "SettingsUnreadable",
     "deciding_round",
+    "deny_change",
+    "deny_text",
+    "previous_deny",
     "recorded_settings",
     "settings_from_json",
     "settings_json",
+    "write_round_controls",
     "write_round_settings",
 ]
 
 S = TypeVar("S", bound=Settings)
+RECENT_DAYS = 2  # a deny list change is looked for in the rounds of the last two days
 
 
 class SettingsUnreadable(DynccError):
@@ -119,6 +128,64 @@ def write_round_settings(
             "dyncc_version": [dyncc_version()] * n,
         },
     )
+
+
+def write_round_controls(
+    store: Store,
+    pops: Iterable[str],
+    round_id: str,
+    round_time_ns: int,
+    deny: Sequence[str],
+    max_bbr_per_pop: int,
+    pins_per_pop: Mapping[str, int],
+) -> int:
+    """One round_controls row per POP of the round (sql/migrations/012_operator_controls.sql):
+    the deny list in force, the cap and the POP's pins; returns the rows written."""
+    names = sorted({str(p) for p in pops})
+    n = len(names)
+    if n == 0:
+        return 0
+    return store.insert_columns(
+        "round_controls",
+        {
+            "round_id": [round_id] * n,
+            "round_time": np.full(n, round_time_ns // 1_000_000_000, dtype="int64").astype("datetime64[s]"),
+            "round_time_ns": np.full(n, round_time_ns, dtype="uint64"),
+            "pop": names,
+            "deny": [deny_text(deny)] * n,
+            "max_bbr_per_pop": np.full(n, max_bbr_per_pop, dtype="uint32"),
+            "pins": np.array([pins_per_pop.get(p, 0) for p in names], dtype="uint32"),
+        },
+    )
+
+
+def deny_text(deny: Sequence[str]) -> str:
+    """The deny list as recorded: its ranges as given, comma-separated ('' = none)."""
+    return ",".join(d.strip() for d in deny)
+
+
+def previous_deny(store: Store, pop: str, now: dt.datetime) -> dict[str, tuple[str, str]]:
+    """pop -> (round_id, deny list) of the latest round before `now` (within RECENT_DAYS) that
+    recorded its controls; {} on a store without round_controls."""
+    if not store.table_exists("round_controls"):
+        return {}
+    params = {"pop": pop, "now_ns": _ns(now), "since": now - dt.timedelta(days=RECENT_DAYS)}
+    rows = store.query_rows(query("scoring_round_controls_last"), params)
+    return {_text(p): (_text(r), _text(d)) for p, d, r in rows}
+
+
+def deny_change(before: str, now: str) -> str:
+    """'' when the deny lists are the same ranges, else what changed (for the round's log).  Pure."""
+    old = {d for d in before.split(",") if d}
+    new = {d for d in now.split(",") if d}
+    if old == new:
+        return ""
+    parts = []
+    if old - new:
+        parts.append(f"no longer denied: {', '.join(sorted(old - new))}")
+    if new - old:
+        parts.append(f"newly denied: {', '.join(sorted(new - old))}")
+    return "; ".join(parts)
 
 
 def deciding_round(store: Store, pop: str, prefix: str, now: dt.datetime) -> tuple[str, dt.datetime] | None:

@@ -33,12 +33,29 @@ def clickhouse_error(exc: BaseException, url: StoreURL) -> StoreError:
     if isinstance(exc, ch_errors.ServerException):
         code = int(exc.code) if exc.code is not None else None
         message = str(exc.message or "")
-        reason = one_line(message.removeprefix("DB::Exception: ")) or repr(exc)
+        reason = one_line(message.removeprefix("DB::Exception: ")).removesuffix(" Stack trace:") or repr(exc)
         return classify(code, message)(f"ClickHouse error {code}: {reason}")
     if isinstance(exc, ch_errors.NetworkError | ch_errors.SocketTimeoutError | OSError | EOFError):
         text = one_line(str(getattr(exc, "message", None) or exc)) or type(exc).__name__
+        tls = tls_error(text, url)
+        if tls:  # configuration, not an outage: the same connect fails again
+            return StoreError(f"{where}: {tls}")
+        if not url.secure and ("reset by peer" in text or "Unexpected EOF" in text):
+            text += " (if that port speaks TLS, add secure=1 to the store URL)"
         return StoreUnavailable(f"{where} unreachable: {text}")
     return StoreError(f"ClickHouse client error: {one_line(str(exc)) or type(exc).__name__}")
+
+
+def tls_error(text: str, url: StoreURL) -> str:
+    """The reason for a TLS handshake that cannot succeed as configured, or "" (`text`: the driver's error)."""
+    if "CERTIFICATE_VERIFY_FAILED" in text:
+        detail = text.partition("certificate verify failed:")[2].partition("(")[0].strip() or "not trusted"
+        given = url.options.get("ca_certs")
+        hint = f"did ca_certs={given} sign it?" if given else "give its CA with ca_certs=FILE"
+        return f"TLS: the server's certificate is not trusted ({detail}): {hint}"
+    if "WRONG_VERSION_NUMBER" in text or "UNKNOWN_PROTOCOL" in text or "record layer failure" in text:
+        return "TLS handshake failed: the port does not speak TLS (use the server's tcp_port_secure, or drop secure=1)"
+    return ""
 
 
 def as_fixed_bytes(col: np.ndarray) -> np.ndarray:
@@ -59,17 +76,11 @@ class ClickHouseStore(Store):
         self.url = url
         self._lock = threading.Lock()
         self._server_settings = dict(server_settings or {})  # the bulk-insert connections' too
+        # address, credentials, timeouts, alt_hosts (tried in order when the URL's host does not answer), TLS
         common: dict[str, Any] = {
-            "host": url.host,
-            "port": url.port,
-            "user": url.user,
-            "password": url.password,
-            "connect_timeout": float(url.options.get("connect_timeout", 5)),
-            "send_receive_timeout": float(url.options.get("timeout", 300)),
+            **url.connect_args(),
             "settings": {"use_numpy": True, **(server_settings or {})},
         }
-        if url.options.get("alt_hosts"):  # tried in order when the URL's host does not answer
-            common["alt_hosts"] = url.options["alt_hosts"]
         self._client = Client(database=url.database, **common)
         self._admin = Client(database="default", **common)
         self._version: Version | None = None

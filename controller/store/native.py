@@ -220,21 +220,12 @@ class NativeInsertClient(Client):
 
 def native_client(url: StoreURL, server_settings: Mapping[str, Any] | None = None) -> NativeInsertClient:
     """A NativeInsertClient for a clickhouse:// store URL (same options as controller.store: timeouts,
-    alt_hosts) with the store's server settings (a cluster's insert_distributed_sync among them)."""
+    alt_hosts, TLS) with the store's server settings (a cluster's insert_distributed_sync among them)."""
     import logging
 
     logging.getLogger("clickhouse_driver").setLevel(logging.CRITICAL)
-    extra: dict[str, Any] = {}
-    if url.options.get("alt_hosts"):
-        extra["alt_hosts"] = url.options["alt_hosts"]
     return NativeInsertClient(
-        host=url.host,
-        port=url.port,
-        user=url.user,
-        password=url.password,
         database=url.database,
-        connect_timeout=float(url.options.get("connect_timeout", 5)),
-        send_receive_timeout=float(url.options.get("timeout", 300)),
         settings={"use_numpy": True, **(server_settings or {})},
-        **extra,
+        **url.connect_args(),
     )

@@ -13,8 +13,9 @@ from dyncc_common.settings import CONFIG_FILE, STR, Settings, reuse, setting
 __all__ = ["STORE_URL_HELP", "SchemaSettings"]
 
 STORE_URL_HELP = (
-    "store URL: clickhouse://user:pass@host:port/db or chdb:///path/dir; "
-    "a ClickHouse cluster: clickhouse://user:pass@host:port/db?cluster=NAME"
+    "store URL: clickhouse://user@host:port/db or chdb:///path/dir; a ClickHouse cluster: "
+    "clickhouse://user@host:port/db?cluster=NAME; TLS: ?secure=1&ca_certs=FILE; "
+    "a password: ?password_file=FILE (docs/store.md)"
 )
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -9,6 +9,12 @@
 #
 # Env: DYNCC_CH_TCP_PORT (19000), DYNCC_CH_HTTP_PORT (18123),
 #      DYNCC_CH_INTERSERVER_PORT (19009), DYNCC_STACK_DIR (<repo>/.stack).
+# Opt-in (unset: the plain loopback server above, user `default` without a password):
+#      DYNCC_CH_TLS_PORT        also serve the native protocol over TLS on this port
+#                               (tcp_port_secure); the certificate is made by openssl
+#                               (tls-certs.sh): the CA clients trust is <stack>/clickhouse/tls/ca.crt
+#      DYNCC_CH_PASSWORD_FILE   user `default` needs the password in this file (one line;
+#                               users.xml gets its password_sha256_hex, never the password)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -24,9 +30,17 @@ ETC=$CH_DIR/etc
 PIDFILE=$CH_DIR/clickhouse-server.pid
 PATTERN=clickhouse-server
 WAIT_TIMEOUT=${DYNCC_CH_WAIT_TIMEOUT:-60}
+TLS_PORT=${DYNCC_CH_TLS_PORT:-}
+PASSWORD_FILE=${DYNCC_CH_PASSWORD_FILE:-}
+TLS_DIR=$CH_DIR/tls
 
 client() {
-    clickhouse-client --host 127.0.0.1 --port "$TCP_PORT" "$@"
+    # the password, when there is one, from a client config file (never on the command line)
+    if [[ -n $PASSWORD_FILE ]]; then
+        clickhouse-client --config-file "$ETC/client.xml" --host 127.0.0.1 --port "$TCP_PORT" "$@"
+    else
+        clickhouse-client --host 127.0.0.1 --port "$TCP_PORT" "$@"
+    fi
 }
 
 cmd_install() {
@@ -51,7 +65,29 @@ render_conf() {
         -e "s|@INTERSERVER_PORT@|$INTERSERVER_PORT|g" \
         "$HERE/config.xml" >"$ETC/config.xml.tmp"
     mv "$ETC/config.xml.tmp" "$ETC/config.xml"
-    cp "$HERE/users.xml" "$ETC/users.xml"
+    rm -f "$ETC/config.d/tls.xml" "$ETC/client.xml"
+    if [[ -n $TLS_PORT ]]; then
+        bash "$HERE/tls-certs.sh" "$TLS_DIR"
+        mkdir -p "$ETC/config.d"
+        sed -e "s|@TLS_PORT@|$TLS_PORT|g" -e "s|@TLS_DIR@|$TLS_DIR|g" "$HERE/tls.xml" >"$ETC/config.d/tls.xml"
+    fi
+    if [[ -n $PASSWORD_FILE ]]; then
+        local password hash
+        [[ -r $PASSWORD_FILE ]] || die "DYNCC_CH_PASSWORD_FILE $PASSWORD_FILE is not a readable file"
+        password=$(<"$PASSWORD_FILE")
+        [[ -n $password ]] || die "DYNCC_CH_PASSWORD_FILE $PASSWORD_FILE is empty"
+        hash=$(printf '%s' "$password" | sha256sum | cut -d' ' -f1)
+        sed -e "s|<password></password>|<password_sha256_hex>$hash</password_sha256_hex>|" \
+            "$HERE/users.xml" >"$ETC/users.xml"
+        (
+            umask 077
+            printf '<config>\n    <user>default</user>\n    <password>%s</password>\n</config>\n' \
+                "$(printf '%s' "$password" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g')" \
+                >"$ETC/client.xml"
+        )
+    else
+        cp "$HERE/users.xml" "$ETC/users.xml"
+    fi
 }
 
 cmd_start() {
@@ -61,11 +97,11 @@ cmd_start() {
     fi
     local bin p
     bin=$(server_bin) || die "clickhouse-server not installed (run: $0 install)"
-    for p in "$TCP_PORT" "$HTTP_PORT" "$INTERSERVER_PORT"; do
-        port_open "$p" && die "port $p is already in use by another process (set DYNCC_CH_TCP_PORT / DYNCC_CH_HTTP_PORT / DYNCC_CH_INTERSERVER_PORT)"
+    for p in "$TCP_PORT" "$HTTP_PORT" "$INTERSERVER_PORT" $TLS_PORT; do
+        port_open "$p" && die "port $p is already in use by another process (set DYNCC_CH_TCP_PORT / DYNCC_CH_HTTP_PORT / DYNCC_CH_INTERSERVER_PORT / DYNCC_CH_TLS_PORT)"
     done
     render_conf
-    log "starting $bin on 127.0.0.1:$TCP_PORT (http $HTTP_PORT), data in $CH_DIR"
+    log "starting $bin on 127.0.0.1:$TCP_PORT (http $HTTP_PORT${TLS_PORT:+, TLS $TLS_PORT}${PASSWORD_FILE:+, password}), data in $CH_DIR"
     # Run from the config dir: 18.16 writes preprocessed configs next to it.
     (cd "$ETC" && launch_bg "$PIDFILE" "$CH_DIR/log/stdout.log" "$bin" --config-file="$ETC/config.xml")
 }

@@ -12,6 +12,13 @@
 #      DYNCC_STACK_DIR (<repo>/.stack), DYNCC_CACHE, DYNCC_KAFKA_HEAP_OPTS,
 #      DYNCC_PYTHON (python with confluent_kafka for `wait`; default <repo>/.venv/bin/python),
 #      DYNCC_MAVEN_ARGS (extra mvn args, e.g. -Dmaven.repo.local=...).
+# TLS (opt-in, docs/security.md): DYNCC_KAFKA_TLS_PORT adds a SASL_SSL listener (TLS +
+#      SCRAM-SHA-512) beside the plaintext one; DYNCC_KAFKA_MTLS_PORT an SSL listener that
+#      requires a client certificate.  DYNCC_KAFKA_TLS_DIR (<stack>/kafka/tls): the
+#      certificates, made by deploy/tls/make-certs.sh when missing; DYNCC_KAFKA_SCRAM_USERS
+#      (<tls dir>/scram-users): "name:password" lines (letters, digits, '-', '_'), created with
+#      one user "dyncc" and a random password when missing; the users are added when the
+#      storage is formatted (kafka.tools.StorageTool --add-scram), i.e. on the first start.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -31,6 +38,10 @@ STAMP=$LIBS/.dyncc-fetched
 PATTERN=kafka.Kafka
 HEAP_OPTS=${DYNCC_KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}
 WAIT_TIMEOUT=${DYNCC_KAFKA_WAIT_TIMEOUT:-90}
+TLS_PORT=${DYNCC_KAFKA_TLS_PORT:-}
+MTLS_PORT=${DYNCC_KAFKA_MTLS_PORT:-}
+TLS_DIR=${DYNCC_KAFKA_TLS_DIR:-$KDIR/tls}
+SCRAM_USERS=${DYNCC_KAFKA_SCRAM_USERS:-$TLS_DIR/scram-users}
 
 pom_sum() { sha256sum "$HERE/pom.xml" | cut -d' ' -f1; }
 
@@ -70,7 +81,50 @@ render_conf() {
         -e "s|@PORT@|$PORT|g" \
         -e "s|@CONTROLLER_PORT@|$CONTROLLER_PORT|g" \
         "$HERE/server.properties" >"$CONF.tmp"
+    if [[ -n $TLS_PORT || -n $MTLS_PORT ]]; then
+        tls_conf >>"$CONF.tmp"
+    fi
     mv "$CONF.tmp" "$CONF"
+}
+
+# tls_setup: certificates and the SCRAM users file, made when missing.
+tls_setup() {
+    [[ -n $TLS_PORT || -n $MTLS_PORT ]] || return 0
+    if [[ ! -f $TLS_DIR/broker.pem || ! -f $TLS_DIR/ca.crt ]]; then
+        bash "$HERE/../tls/make-certs.sh" "$TLS_DIR" || die "could not make the TLS certificates in $TLS_DIR"
+    fi
+    if [[ ! -s $SCRAM_USERS ]]; then
+        (umask 077 && echo "dyncc:$(head -c 18 /dev/urandom | base64 | tr '+/' '-_')" >"$SCRAM_USERS")
+        log "SCRAM user 'dyncc' with a random password in $SCRAM_USERS"
+    fi
+}
+
+# tls_conf: the listener overrides (appended: the last value of a key wins).
+tls_conf() {
+    local listeners="PLAINTEXT://127.0.0.1:$PORT" map="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if [[ -n $TLS_PORT ]]; then
+        listeners+=",SASL_SSL://127.0.0.1:$TLS_PORT"
+        map+=",SASL_SSL:SASL_SSL"
+    fi
+    if [[ -n $MTLS_PORT ]]; then
+        listeners+=",MTLS://127.0.0.1:$MTLS_PORT"
+        map+=",MTLS:SSL"
+    fi
+    cat <<EOF
+
+############################# TLS (DYNCC_KAFKA_TLS_PORT / DYNCC_KAFKA_MTLS_PORT) #############################
+listeners=$listeners,CONTROLLER://127.0.0.1:$CONTROLLER_PORT
+advertised.listeners=$listeners
+listener.security.protocol.map=$map
+ssl.keystore.type=PEM
+ssl.keystore.location=$TLS_DIR/broker.pem
+ssl.truststore.type=PEM
+ssl.truststore.location=$TLS_DIR/ca.crt
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.mtls.ssl.client.auth=required
+EOF
 }
 
 # JAVA_CMD: java with heap/GC/logging options and the jar class path.
@@ -99,7 +153,15 @@ format_storage() {
         echo "$cid" >"$KDIR/cluster.id"
     fi
     log "formatting storage in $DATA_DIR (cluster id $cid)"
-    "${JAVA_CMD[@]}" kafka.tools.StorageTool format -t "$cid" -c "$CONF" --ignore-formatted \
+    local scram=() line
+    if [[ -n $TLS_PORT && -s $SCRAM_USERS ]]; then
+        while IFS= read -r line || [[ -n $line ]]; do
+            [[ -z $line || $line == \#* ]] && continue
+            [[ $line =~ ^[A-Za-z0-9_-]+:[A-Za-z0-9_-]+$ ]] || die "bad line in $SCRAM_USERS: use name:password (letters, digits, '-', '_')"
+            scram+=(--add-scram "SCRAM-SHA-512=[name=${line%%:*},password=${line#*:}]")
+        done <"$SCRAM_USERS"
+    fi
+    "${JAVA_CMD[@]}" kafka.tools.StorageTool format -t "$cid" -c "$CONF" --ignore-formatted "${scram[@]}" \
         >>"$LOG_DIR/format.log" 2>&1 \
         || { tail -n 20 "$LOG_DIR/format.log" >&2; die "storage format failed (see $LOG_DIR/format.log)"; }
 }
@@ -111,14 +173,15 @@ cmd_start() {
     fi
     fetched || cmd_fetch
     local p
-    for p in "$PORT" "$CONTROLLER_PORT"; do
-        port_open "$p" && die "port $p is already in use by another process (set DYNCC_KAFKA_PORT / DYNCC_KAFKA_CONTROLLER_PORT)"
+    for p in "$PORT" "$CONTROLLER_PORT" $TLS_PORT $MTLS_PORT; do
+        port_open "$p" && die "port $p is already in use by another process (set DYNCC_KAFKA_PORT / DYNCC_KAFKA_CONTROLLER_PORT / DYNCC_KAFKA_TLS_PORT / DYNCC_KAFKA_MTLS_PORT)"
     done
+    tls_setup
     render_conf
     format_storage
     # Fresh server.log per start, so `wait` never sees an old "started" line.
     if [[ -f $LOG_DIR/server.log ]]; then mv -f "$LOG_DIR/server.log" "$LOG_DIR/server.log.prev"; fi
-    log "starting broker on 127.0.0.1:$PORT (controller $CONTROLLER_PORT), logs in $LOG_DIR"
+    log "starting broker on 127.0.0.1:$PORT (controller $CONTROLLER_PORT${TLS_PORT:+, SASL_SSL $TLS_PORT}${MTLS_PORT:+, mTLS $MTLS_PORT}), logs in $LOG_DIR"
     launch_bg "$PIDFILE" "$LOG_DIR/kafka.out" "${JAVA_CMD[@]}" kafka.Kafka "$CONF"
 }
 

@@ -47,6 +47,7 @@ class LabAgent:
         public_key: Path,
         state_dir: Path,
         kafka: str | None = None,
+        kafka_options: dict[str, Any] | None = None,
         config_topic: str = "",
         status_topic: str = "",
         enforce: str = "route",
@@ -70,8 +71,8 @@ class LabAgent:
         self._consumer: Any = None
         self._producer: Any = None
         if kafka:
-            self._consumer = ConfigConsumer(kafka, config_topic, pop, host)
-            self._producer = StatusProducer(kafka, status_topic)
+            self._consumer = ConfigConsumer(kafka, config_topic, pop, host, options=kafka_options)
+            self._producer = StatusProducer(kafka, status_topic, options=kafka_options)
         self.report(self.agent.reconcile("start"))
 
     def report(self, status: ApplyStatus) -> None:

@@ -102,6 +102,7 @@ def options_from_settings(settings: LabSettings) -> LabOptions:
         ),
         think_time=settings.think_time,
         kafka=settings.kafka,
+        kafka_security=settings.kafka_security,
         enforce=settings.enforce,
         record=settings.record,
         **extra,

@@ -32,6 +32,7 @@ from dyncc.lab.loop import LabOptions, threshold_for
 from dyncc.lab.model import DAY_BUCKETS, ControlOutcome, PrefixScore
 from dyncc.lab.topology import Topology
 from dyncc_common.errors import DynccError
+from dyncc_common.kafka_security import KafkaSecurity, librdkafka_options
 from schemas.congestion_pb2 import CongestionConfig
 
 log = logging.getLogger("dyncc.lab")
@@ -60,6 +61,7 @@ class LabControl:
         staged: bool = True,
         agents: Sequence[LabAgent] = (),
         kafka: str | None = None,
+        kafka_security: KafkaSecurity | None = None,
         config_topic: str = "",
         status_topic: str = "",
         evidence: EvidenceSettings | None = None,
@@ -71,6 +73,7 @@ class LabControl:
         self.staged = staged  # canary first where a POP has several hosts (needs their agents' reports)
         self.agents = list(agents)
         self.kafka = kafka
+        self.kafka_security = kafka_security or KafkaSecurity()
         self.config_topic = config_topic
         self.status_topic = status_topic
         self.publish_dir = workdir / "configs"
@@ -158,6 +161,7 @@ class LabControl:
         cfg = RolloutSettings(
             publish_dir=None if self.kafka else self.publish_dir,
             kafka=self.kafka,
+            kafka_security=self.kafka_security,
             private_key=self.private_key,
             staging="on" if staged else "off",
             hosts=tuple(f"{pop}:{','.join(h)}" for pop, h in sorted(self.hosts.items()) if h),
@@ -208,6 +212,7 @@ def make_control_factory(workdir: Path) -> Callable[[Store, Topology, LabOptions
             workdir=workdir,
             hosts=hosts,
             kafka=opts.kafka,
+            kafka_security=opts.kafka_security,
             config_topic=config_topic,
             status_topic=status_topic,
             evidence=opts.scoring.evidence_settings(),
@@ -221,6 +226,7 @@ def make_control_factory(workdir: Path) -> Callable[[Store, Topology, LabOptions
                 public_key=control.public_key,
                 state_dir=workdir / "agent" / e.host,
                 kafka=opts.kafka,
+                kafka_options=librdkafka_options(opts.kafka_security) if opts.kafka else {},
                 config_topic=config_topic,
                 status_topic=status_topic,
                 enforce=opts.enforce,

@@ -32,6 +32,7 @@ from dyncc.lab.model import ControlOutcome, LabScoring, PrefixScore
 from dyncc.lab.pipeline import EdgeSource, TelemetryPipeline
 from dyncc.lab.services import LabServices
 from dyncc.lab.settings import LabSettings
+from dyncc_common.kafka_security import KafkaSecurity, librdkafka_options
 from dyncc_common.runtime import StopFlag
 
 log = logging.getLogger("dyncc.lab")
@@ -51,6 +52,7 @@ class LabOptions:
     scoring: LabScoring = field(default_factory=LabScoring)
     think_time: float = LabSettings.think_time  # mean seconds between a client's requests
     kafka: str | None = LabSettings.kafka
+    kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)  # TLS / SASL of `kafka`
     enforce: str = LabSettings.enforce  # the edge agents' enforcement: route or bpf (collector.agent.settings)
     record: Path | None = LabSettings.record  # telemetry recording; access logs go beside it
     run_id: str = field(default_factory=lambda: secrets.token_hex(2))
@@ -166,6 +168,7 @@ class Lab:
                 self.store,
                 [EdgeSource(e.host, e.pop, e.ns) for e in topo.edges],
                 kafka=opts.kafka,
+                kafka_options=librdkafka_options(opts.kafka_security) if opts.kafka else {},
                 topic=f"dyncc-lab-{opts.run_id}-tcpinfo",
                 record=opts.record,
             )

@@ -59,6 +59,7 @@ class TelemetryPipeline:
         edges: list[EdgeSource],
         *,
         kafka: str | None = None,
+        kafka_options: dict[str, Any] | None = None,
         topic: str = "",
         record: Path | None = None,
     ) -> None:
@@ -81,6 +82,7 @@ class TelemetryPipeline:
         self.stats = PipelineStats()
         self.last_sequence = [-1] * len(edges)
         self.kafka = kafka
+        self.kafka_options = dict(kafka_options or {})  # librdkafka's TLS / SASL options (holds the password)
         self._sinks: list[Any] = []
         self._loader: Any = None
         self._loader_stop = StopFlag()
@@ -89,9 +91,13 @@ class TelemetryPipeline:
             self._start_kafka(kafka, topic)
 
     def _start_kafka(self, brokers: str, topic: str) -> None:
-        ensure_topic(brokers, topic, compact=False)
-        self._sinks = [KafkaSink(KafkaStart(brokers, e.host, linger_ms=5), topic, CollectMetrics()) for e in self.edges]
-        cfg = KafkaConfig(brokers=brokers, topic=topic, group=f"{topic}-ingest", max_wait=0.3)
+        options = self.kafka_options
+        ensure_topic(brokers, topic, compact=False, options=options)
+        self._sinks = [
+            KafkaSink(KafkaStart(brokers, e.host, linger_ms=5, extra=dict(options)), topic, CollectMetrics())
+            for e in self.edges
+        ]
+        cfg = KafkaConfig(brokers=brokers, topic=topic, group=f"{topic}-ingest", max_wait=0.3, security=options)
         self._loader = KafkaLoader(self.writer, cfg, self._loader_stop)
         self._loader_thread = threading.Thread(target=self._loader.run, name="lab-ingest", daemon=True)
         self._loader_thread.start()

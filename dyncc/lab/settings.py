@@ -12,7 +12,21 @@ from typing import ClassVar
 
 from collector.agent.settings import ENFORCE_MODES
 from dyncc_common.errors import ConfigError
-from dyncc_common.settings import BOOL, CONFIG_FILE, DURATION, FLOAT, INT, PATH, STR, VERBOSE, Settings, reuse, setting
+from dyncc_common.kafka_security import KafkaSecurity
+from dyncc_common.settings import (
+    BOOL,
+    CONFIG_FILE,
+    DURATION,
+    FLOAT,
+    INT,
+    PATH,
+    STR,
+    VERBOSE,
+    Settings,
+    part,
+    reuse,
+    setting,
+)
 
 __all__ = ["DemoSettings", "LabSettings"]
 
@@ -48,7 +62,7 @@ class LabSettings(Settings):
     min_buckets: int = setting(5, INT, "counted rounds needed before a prefix is scored")
     min_hold_buckets: int = setting(8, INT, "rounds on BBR before a prefix may be reverted")
     max_new: int = setting(40, INT, "most new selections per POP and round")
-    trial_blocks: int = setting(6, INT, "switchback blocks of a prefix's trial at most (dyncc control: 8)")
+    trial_blocks: int = setting(8, INT, "switchback blocks of a prefix's trial at most")
     threshold_quantile: float | None = setting(
         None, FLOAT, "scoring threshold quantile", default_text="just above the share of poor paths in a round"
     )
@@ -63,6 +77,7 @@ class LabSettings(Settings):
         None, STR, "route telemetry and configs through this Kafka (collector sinks -> ingest; publisher -> agents)",
         metavar="BROKERS",
     )  # fmt: skip
+    kafka_security: KafkaSecurity = part(KafkaSecurity)  # TLS / SASL of --kafka (docs/security.md)
     enforce: str = setting(
         "route", STR, "how the edge agents enforce configs: route or bpf (a sock_ops program switching flows "
         "above the config's threshold, docs/enforce.md)", choices=ENFORCE_MODES,

@@ -212,59 +212,82 @@ def _default_problem(old: dict[str, Any], new: dict[str, Any], row: Any, effecti
 
 #: options added since the snapshot was taken, each on purpose (the snapshot is the CLI before
 #: the settings tables, kept to prove that move changed nothing)
-ADDED_SINCE = {
-    "schema --cluster: a new option",
-    # the fleet lab: POPs x edge hosts and path classes instead of one edge with slow / fine links
-    "demo --duration: default '3m' -> 360.0",
-    # evidence: app-limited samples left out by default; the effect model and per-prefix trials
-    "control --include-app-limited: a new option",
-    "control --effect-level: a new option",
-    "control --purity: a new option",
-    "control --min-arm-samples: a new option",
-    "control --min-arm-buckets: a new option",
-    "control --trial-blocks: a new option",
-    "control --trial-min-blocks: a new option",
-    "control --trial-block-rounds: a new option",
-    "control --trial-at-limit: a new option",
-    "control --trial-max-rounds: a new option",
-    "lab --trial-blocks: a new option",
-    "demo --round-seconds: default 20 -> 15",
-    "lab --round-seconds: default 20 -> 15",
-    "lab --lookback-buckets: default 12 -> 8",
-    "lab --min-buckets: default 4 -> 5",
-    "lab --slow: 0 matching options",
-    "lab --alternating: default 2 -> 6",
-    "lab --fine: 0 matching options",
-    "lab --rate: 0 matching options",
-    "lab --holdout: default 0.0 -> 0.25",
-    "lab --pop: 0 matching options",
-    "lab --pops: a new option",
-    "lab --hosts-per-pop: a new option",
-    "lab --prefixes-per-pop: a new option",
-    "lab --lossy: a new option",
-    "lab --deep: a new option",
-    "lab --lowrtt: a new option",
-    "lab --min-hold-buckets: a new option",
-    "lab --max-new: a new option",
-    "lab --think-time: a new option",
-    # eBPF enforcement (docs/enforce.md)
-    "agent --enforce: a new option",
-    "agent --bpf-cgroup: a new option",
-    "agent --bpf-pin-dir: a new option",
-    "agent --bpf-object: a new option",
-    "lab --enforce: a new option",
-} | {
-    # explain takes the scoring, decision and trial options after its name too: given, they replace
-    # the settings the round that decided the prefix recorded (round_settings, sql/migrations/011)
-    f"control explain {flag}: a new option"
-    for flag in (
-        *("--bucket", "--lookback", "--min-bytes", "--include-app-limited", "--min-bucket-samples"),
-        *("--threshold-quantile", "--min-buckets", "--min-duty", "--max-flap", "--min-rtt", "--holdout"),
-        *("--min-hold", "--cooldown", "--revert-margin", "--max-bbr-per-pop", "--max-new", "--algorithm"),
-        *("--effect-level", "--purity", "--min-arm-samples", "--min-arm-buckets", "--trial-blocks"),
-        *("--trial-min-blocks", "--trial-block-rounds", "--trial-at-limit", "--trial-max-rounds", "--expire"),
-    )
-}
+ADDED_SINCE = (
+    {
+        "schema --cluster: a new option",
+        # the fleet lab: POPs x edge hosts and path classes instead of one edge with slow / fine links
+        "demo --duration: default '3m' -> 360.0",
+        # evidence: app-limited samples left out by default; the effect model and per-prefix trials
+        "control --include-app-limited: a new option",
+        "control --effect-level: a new option",
+        "control --purity: a new option",
+        "control --min-arm-samples: a new option",
+        "control --min-arm-buckets: a new option",
+        "control --trial-blocks: a new option",
+        "control --trial-min-blocks: a new option",
+        "control --trial-block-rounds: a new option",
+        "control --trial-at-limit: a new option",
+        "control --trial-max-rounds: a new option",
+        "lab --trial-blocks: a new option",
+        "demo --round-seconds: default 20 -> 15",
+        "lab --round-seconds: default 20 -> 15",
+        "lab --lookback-buckets: default 12 -> 8",
+        "lab --min-buckets: default 4 -> 5",
+        "lab --slow: 0 matching options",
+        "lab --alternating: default 2 -> 6",
+        "lab --fine: 0 matching options",
+        "lab --rate: 0 matching options",
+        "lab --holdout: default 0.0 -> 0.25",
+        "lab --pop: 0 matching options",
+        "lab --pops: a new option",
+        "lab --hosts-per-pop: a new option",
+        "lab --prefixes-per-pop: a new option",
+        "lab --lossy: a new option",
+        "lab --deep: a new option",
+        "lab --lowrtt: a new option",
+        "lab --min-hold-buckets: a new option",
+        "lab --max-new: a new option",
+        "lab --think-time: a new option",
+        # eBPF enforcement (docs/enforce.md)
+        "agent --enforce: a new option",
+        "agent --bpf-cgroup: a new option",
+        "agent --bpf-pin-dir: a new option",
+        "agent --bpf-object: a new option",
+        "lab --enforce: a new option",
+        # signing keys that rotate (docs/rollout.md): the agent trusts every key it is given
+        "agent --public-key: action _StoreAction -> append",
+        "agent --public-key: no longer required",
+        "agent --public-key-dir: a new option",
+        # client addresses on the wire: full, or the client prefix only (docs/architecture.md)
+        "collect --export-addresses: a new option",
+    }
+    | {
+        # explain takes the scoring, decision and trial options after its name too: given, they replace
+        # the settings the round that decided the prefix recorded (round_settings, sql/migrations/011)
+        f"control explain {flag}: a new option"
+        for flag in (
+            *("--bucket", "--lookback", "--min-bytes", "--include-app-limited", "--min-bucket-samples"),
+            *("--threshold-quantile", "--min-buckets", "--min-duty", "--max-flap", "--min-rtt", "--holdout"),
+            *("--min-hold", "--cooldown", "--revert-margin", "--max-bbr-per-pop", "--max-new", "--algorithm"),
+            *("--effect-level", "--purity", "--min-arm-samples", "--min-arm-buckets", "--trial-blocks"),
+            *("--trial-min-blocks", "--trial-block-rounds", "--trial-at-limit", "--trial-max-rounds", "--expire"),
+        )
+    }
+    | {
+        # Kafka over TLS with SASL (docs/security.md): every Kafka client (dyncc_common/kafka_security.py)
+        f"{command} {flag}: a new option"
+        for command in ("collect", "ingest", "agent", "control", "control rollout", "control kill-switch", "lab")
+        for flag in (
+            *("--kafka-tls", "--kafka-ca", "--kafka-cert", "--kafka-key", "--kafka-sasl", "--kafka-user"),
+            *("--kafka-password-file", "--kafka-password-env"),
+        )
+    }
+    | {
+        # metrics listen on 127.0.0.1 unless --metrics-address opens them (docs/security.md)
+        f"{command} --metrics-address: a new option"
+        for command in ("collect", "agent", "control", "ingest")
+    }
+)
 
 
 def test_the_command_line_is_unchanged() -> None:

@@ -82,6 +82,9 @@ STORE_START = "2024-03-01T09:00:00Z"  # its first 5-minute bucket (36 of them)
 NO_STORE = "chdb://{tmp}/no-such-store"  # a chDB directory that does not exist
 VERSION = f"dyncc {importlib.metadata.version('dyncc')}"
 STORE_EXPLAIN = ("control", "--clickhouse", "{store}", "explain", "--pop", "lax")
+STORE_STATUS = ("control", "rollout", "status", "--clickhouse", "{store}")
+PIN = ("control", "--clickhouse", CH, "pin", "198.51.100.0/24", "--pop", "lax")
+STORE_CONTROL = ("control", "--clickhouse", "{store}")
 NO_STORE_EXPLAIN = ("control", "--clickhouse", NO_STORE, "explain", "--pop", "lax")
 
 ROWS = [
@@ -123,6 +126,8 @@ ROWS = [
     row("cannot read config", *COLLECT, "--config", "{missing}"),
     row("TOML", *COLLECT, "--config", "{bad_toml}"),
     row("no_such", *COLLECT, "--config", "{collect_unknown}"),
+    # docs/cli.md: 2 = nothing was done (bad input, or a server that does not answer at start); 1 = the
+    # run started and could not deliver: collect does not wait for the broker before its dump
     row("not delivered", "collect", "--once", "--brokers", KF, "--flush-timeout", "3s", code=1),
     # agent
     row("required", "agent"),
@@ -169,7 +174,7 @@ ROWS = [
     row("scheme", "ingest", "--from-file", "{empty}", "--clickhouse", "mysql://127.0.0.1:1/x"),
     row("port", "ingest", "--from-file", "{empty}", "--clickhouse", "clickhouse://127.0.0.1:notaport/db"),
     row("database", "ingest", "--from-file", "{empty}", "--clickhouse", "clickhouse://127.0.0.1:1/bad-name"),
-    row("127.0.0.1:1", "ingest", "--from-file", "{empty}", "--clickhouse", CH),
+    row("127.0.0.1:1", "ingest", "--from-file", "{empty}", "--clickhouse", CH, "--metrics-port", "0"),
     row(
         KF,
         "ingest",
@@ -182,6 +187,11 @@ ROWS = [
         "3s",
         "--metrics-port",
         "0",
+    ),
+    # --drain without --connect-timeout: a short start probe, said within seconds (was 30 s)
+    row(
+        "within 5s (--drain: at most 5s)",
+        *("ingest", "--clickhouse", "chdb://{tmp}/chdb-drain", "--kafka", KF, "--drain", "--metrics-port", "0"),
     ),
     row("max_rows", *INGEST, "--config", "{ingest_typed}"),
     row("no_such_option", *INGEST, "--config", "{unknown_toml}"),
@@ -299,6 +309,17 @@ ROWS = [
     row("--clickhouse", "control", "rollout", "status"),
     row("--pop", "control", "rollout", "status", "--clickhouse", CH, "--pop", BAD_POP),
     row("127.0.0.1:1", "control", "rollout", "status", "--clickhouse", CH),
+    row("unknown POP 'laxx'", *STORE_STATUS, "--pop", "laxx", timeout=STORE_TIMEOUT),
+    # control pin / unpin / pins
+    row("--algorithm", *PIN, "--by", "a", "--why", "b"),
+    row("invalid choice", *PIN, "--algorithm", "x"),
+    row("--why is empty", *PIN, "--algorithm", "cubic", "--by", "a", "--why", " "),
+    row(
+        "unknown POP 'laxx'",
+        *(*STORE_CONTROL, "pin", "198.51.100.0/24", "--pop", "laxx", "--algorithm", "bbr", "--by", "a", "--why", "b"),
+        timeout=STORE_TIMEOUT,
+    ),
+    row("not pinned", *STORE_CONTROL, "unpin", "198.51.100.0/24", "--pop", "lax", "--by", "a", timeout=STORE_TIMEOUT),
     row("--key", *ADVANCE),
     row("private key", *ADVANCE, "--key", "{missing}"),
     row("--kafka", "control", "rollout", "advance", "--clickhouse", CH, "--kafka", "127.0.0.1:abc", "--key", "{key}"),

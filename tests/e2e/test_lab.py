@@ -26,7 +26,7 @@ from tests.support.netns_util import require_root
 
 pytestmark = [pytest.mark.slow, pytest.mark.netns]
 
-ROUNDS = 18  # selections from round 5, trials of at most 6 blocks (the demo runs 24 rounds)
+ROUNDS = 18  # selections from round 5, trials of at most 8 blocks (the demo runs 24 rounds)
 ROUND_SECONDS = 15
 
 

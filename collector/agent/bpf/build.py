@@ -1,12 +1,14 @@
-"""Compile the agent's sock_ops program (collector/agent/bpf/cc_switch.c) with clang, cached by content.
+"""Compile the agent's BPF programs with clang, cached by content.
 
-`build_object(out_dir)` returns `out_dir/cc_switch-<hash>.o`, where the hash covers the source
+The programs are the sock_ops program (collector/agent/bpf/cc_switch.c, `--enforce bpf`) and the
+TCP iterator that switches open connections (collector/agent/bpf/cc_iter.c, both modes).
+`build_object(out_dir, program=...)` returns `out_dir/<program>-<hash>.o`, where the hash covers the source
 text and the clang command, so an unchanged build is reused and a changed one never collides;
 the object is written under a temporary name and renamed, so a reader never sees half a file.
-`python -m collector.agent.bpf.build OUT_DIR` is the install step (`make bpf`): it prints the
-object's path.  Needs Debian's clang (`-target bpf`, `-g` for the BTF the maps need) and the
-kernel and libbpf headers (linux-libc-dev, libbpf-dev); a missing one is a BpfBuildError
-naming what to install.  No prebuilt object is shipped or fetched.
+`python -m collector.agent.bpf.build OUT_DIR` is the install step (`make bpf`): it builds both
+and prints their paths, one a line (cc_switch first).  Needs Debian's clang (`-target bpf`, `-g`
+for the BTF the maps and CO-RE need) and the kernel and libbpf headers (linux-libc-dev,
+libbpf-dev); a missing one is a BpfBuildError naming what to install.  No prebuilt object is shipped or fetched.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
 
+from collector.agent.bpf.iter_plan import ITER_PROGRAM
 from collector.agent.bpf.plan import PROGRAM
 from dyncc_common.errors import DynccError
 
@@ -32,12 +35,12 @@ class BpfBuildError(DynccError):
     """The sock_ops program could not be compiled (no clang, missing headers, compile error); one line."""
 
 
-def source_text() -> str:
-    """The C source as shipped in the package."""
+def source_text(program: str = PROGRAM) -> str:
+    """The C source of `program` as shipped in the package."""
     try:
-        return resources.files("collector.agent.bpf").joinpath(f"{PROGRAM}.c").read_text()
+        return resources.files("collector.agent.bpf").joinpath(f"{program}.c").read_text()
     except (OSError, ValueError) as exc:
-        raise BpfBuildError(f"no BPF source for {PROGRAM}: {exc}") from exc
+        raise BpfBuildError(f"no BPF source for {program}: {exc}") from exc
 
 
 def clang_command(source: Path, output: Path, clang: str = CLANG) -> list[str]:
@@ -101,11 +104,11 @@ def compile_cached(
     return target
 
 
-def build_object(out_dir: Path, clang: str = CLANG) -> Path:
-    """Compile the program into `out_dir` (reusing an identical earlier build)."""
+def build_object(out_dir: Path, clang: str = CLANG, program: str = PROGRAM) -> Path:
+    """Compile `program` (cc_switch or cc_iter) into `out_dir` (reusing an identical earlier build)."""
     return compile_cached(
-        PROGRAM,
-        source_text(),
+        program,
+        source_text(program),
         out_dir,
         lambda src, obj: clang_command(src, obj, clang),
         "install clang and libbpf-dev (deploy/lab/lab.sh install)",
@@ -117,7 +120,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m collector.agent.bpf.build OUT_DIR", file=sys.stderr)
         return 2
     try:
-        print(build_object(Path(argv[0])))
+        for program in (PROGRAM, ITER_PROGRAM):
+            print(build_object(Path(argv[0]), program=program))
     except BpfBuildError as exc:
         print(f"bpf_build: {exc}", file=sys.stderr)
         return 1

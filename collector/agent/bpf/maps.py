@@ -1,6 +1,7 @@
 """Pinned BPF map I/O through libbpf (ctypes): the only module that reads or writes BPF maps.
 
-`PinnedMap(path)` opens a map pinned in bpffs (`bpf_obj_get`), checks its type and key/value
+`PinnedMap(path)` opens a map pinned in bpffs (`bpf_obj_get`; or, with `fd=`, a map a loaded
+object holds, collector/agent/bpf/iterate.py), checks its type and key/value
 sizes (`bpf_obj_get_info_by_fd`) and offers `items()` (a full dump: `bpf_map_get_next_key`
 then `bpf_map_lookup_elem`), `put`/`delete` (one element each), `percpu_sums()` for a
 per-CPU array of u64 counters, and `close()`.  Errors are BpfMapError naming the map and the
@@ -71,14 +72,18 @@ def _errno(rc: int) -> int:
 
 
 class PinnedMap:
-    def __init__(self, path: Path, *, map_type: int, key_size: int, value_size: int) -> None:
+    def __init__(self, path: Path, *, map_type: int, key_size: int, value_size: int, fd: int | None = None) -> None:
+        """Open the map pinned at `path`, or (`fd` given) a duplicate of `fd`, `path` then naming it."""
         self.path = path
         self.name = path.name
         self._lib = libbpf()
-        fd = self._lib.bpf_obj_get(os.fsencode(path))
-        if fd < 0:
-            code = _errno(fd)
-            raise BpfMapError(f"cannot open pinned map {path}: {os.strerror(code)}")
+        if fd is not None:
+            fd = os.dup(fd)
+        else:
+            fd = self._lib.bpf_obj_get(os.fsencode(path))
+            if fd < 0:
+                code = _errno(fd)
+                raise BpfMapError(f"cannot open pinned map {path}: {os.strerror(code)}")
         self.fd = fd
         info = _MapInfo()
         size = ctypes.c_uint32(ctypes.sizeof(info))

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from controller.scoring.decide import ON_BBR, STATE_COLUMNS, decide, empty_state, summarize
+from controller.scoring.decide import ON_BBR, OVER_CAP, STATE_COLUMNS, decide, empty_state, summarize
 from controller.scoring.settings import ScoringSettings
 from tests.support.decide_reference import reference_decide
 
@@ -110,6 +110,28 @@ def assert_same(new: pd.DataFrame, ref: pd.DataFrame) -> None:
     assert new["reason"].tolist() == ref["reason"].tolist()
 
 
+def over_cap_pops(new: pd.DataFrame) -> set[str]:
+    """POPs in which decide() shrank the prefixes on BBR to a lowered cap (the reference ignored
+    a cap below what was on BBR: issue 25)."""
+    capped = new["reason"].astype(str).str.startswith(OVER_CAP)
+    return set(new.loc[capped, "pop"].astype(str))
+
+
+def assert_same_within_cap(new: pd.DataFrame, ref: pd.DataFrame, cfg: ScoringSettings) -> None:
+    """Equal wherever the cap holds already; a POP over its cap shrinks to it (the reference kept
+    every prefix on BBR, silently)."""
+    shrunk = over_cap_pops(new)
+    for pop in shrunk:
+        mine, theirs = new[new["pop"] == pop], ref[ref["pop"].astype(str) == pop]
+        assert int(theirs["decision"].isin(ON_BBR).sum()) > cfg.max_per_pop
+        assert int(mine["decision"].isin(ON_BBR).sum()) == cfg.max_per_pop
+        assert not mine["decision"].eq("select").any()
+    same_new = new[~new["pop"].isin(shrunk)].reset_index(drop=True)
+    same_ref = ref[~ref["pop"].astype(str).isin(shrunk)].reset_index(drop=True)
+    assert_same(same_new, same_ref)
+    assert summarize(same_new) == summarize(same_ref.astype({"pop": object}))
+
+
 @pytest.mark.parametrize("seed", range(150))
 def test_new_decide_equals_reference(seed: int) -> None:
     scores, state, cfg, _ = random_case(seed)
@@ -117,14 +139,19 @@ def test_new_decide_equals_reference(seed: int) -> None:
     expire = int(np.random.default_rng(seed).choice([HOUR, 7 * 86400]))
     ref = reference_decide(scores, state, NOW, cfg, expire, refuse=refuse)
     new = decide(scores, state, NOW, cfg, expire, refuse=refuse)
-    assert_same(new, ref)
-    assert summarize(new) == summarize(ref.astype({"pop": object}))
+    assert_same_within_cap(new, ref, cfg)
+
+
+def test_random_cases_cover_both_sides_of_the_cap() -> None:
+    shrunk = sum(bool(over_cap_pops(decide(*random_case(seed)[:2], NOW, random_case(seed)[2]))) for seed in range(40))
+    assert 0 < shrunk < 40
 
 
 def test_equal_on_empty_inputs() -> None:
     scores, state, cfg, _ = random_case(1)
     empty_scores = scores.iloc[0:0]
-    assert_same(decide(empty_scores, state, NOW, cfg), reference_decide(empty_scores, state, NOW, cfg))
+    new, ref = decide(empty_scores, state, NOW, cfg), reference_decide(empty_scores, state, NOW, cfg)
+    assert_same_within_cap(new, ref, cfg)
     assert_same(decide(scores, empty_state(), NOW, cfg), reference_decide(scores, empty_state(), NOW, cfg))
     nothing = decide(empty_scores, empty_state(), NOW, cfg)
     assert nothing.empty and summarize(nothing) == []

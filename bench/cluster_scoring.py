@@ -59,8 +59,8 @@ from controller.store.topology import shard_database
 REPO = Path(__file__).resolve().parent.parent
 POP = "bench1"
 PHASES = ("refresh", "score", "decide", "write", "other")
-#: the tables a round writes on the cluster (replicated to every node) and the fill's
-SYNCED = ("scoring_buckets", "scoring_versions", "selections", "round_outcomes")
+#: the tables a round writes on the cluster (sharded or replicated to every node) and the fill's
+SYNCED = ("scoring_cache", "scoring_versions", "scoring_state", "scoring_state_keys", "selections", "round_outcomes")
 SYNC_TIMEOUT = 3600  # seconds
 
 

@@ -5,12 +5,26 @@
 Creates a namespace (dbench-col-*, --ns-prefix), opens the connections from several holder
 processes (the open-files limit is 20000 per process; each holder keeps both
 ends of its connections), makes one untimed Kafka run (it creates the topic and
-warms the broker), then alternates `ss -tin > /dev/null`,
+warms the broker), then alternates `ss -tin > /dev/null`, the raw dump (below),
 `dyncc collect --once --sink file` and `dyncc collect --once --sink kafka`
 (the collector runs in the host namespace and dumps the benchmark namespace
-with --netns, so it can reach the broker on 127.0.0.1).  Prints sockets/s for each, the ratio to ss, and each
-command's peak RSS (from wait4), and the per-poll time of a long-running
-collector (no interpreter start-up) for comparison.  With --timeline the
+with --netns, so it can reach the broker on 127.0.0.1), and then reads the
+per-poll time of a long-running collector (no interpreter start-up) from its
+log, with a raw dump in the idle time after each of its polls.  Prints each
+command's time, sockets/s, its speed ratio to ss (ss time / its time) and to
+the raw dump (raw dump time / its time), its CPU time and the raw dump's CPU
+time over it (on a loaded 2-core machine the wall-clock ratio follows this
+CPU ratio), and peak RSS (from wait4).
+
+The raw dump is the floor any collector can reach: this process opens a
+sock_diag socket in the namespace exactly as the collector does (same socket
+buffer size), sends the same requests (both families in turn, same states and
+INET_DIAG_INFO/VEGASINFO/CONG/SKMEMINFO extensions) and only recv_into()s every
+reply datagram into one preallocated 64 KiB buffer (the collector's receive
+size: no datagram is truncated), counting datagrams and bytes and looking for
+NLMSG_DONE at the datagram's end; nothing is parsed or copied.  One untimed raw
+dump first counts the messages (a header walk) and checks them against the
+sockets.  With --timeline the
 one-shot runs log their timeline (-v) and the median of each moment is printed.
 Everything (namespace, holders, topic) is torn down at the end.
 Note: the kernel walks one socket hash table for every namespace, so other
@@ -36,6 +50,20 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
+    sys.path[0] = str(REPO)  # run as a script: `collector` must be the package, not this file
+
+from collector.netlink.sockdiag import (  # noqa: E402 - after the path fix above
+    DEFAULT_EXT,
+    DEFAULT_STATES,
+    RECV_SIZE,
+    TCP_STATES,
+    build_request,
+    open_diag_socket,
+    state_mask,
+    walk_messages,
+)
+
 PY = sys.executable
 DYNCC = str(Path(PY).with_name("dyncc"))
 
@@ -71,8 +99,11 @@ def hold(conns: int, port: int, addr: str) -> None:
 
 def timed(
     cmd: list[str], stdout: int | None = subprocess.DEVNULL, moments: dict[str, list[float]] | None = None
-) -> tuple[float, int, int]:
-    """(seconds, exit code, peak RSS in KiB) of one command.
+) -> tuple[float, int, int, float]:
+    """(seconds, exit code, peak RSS in KiB, CPU seconds) of one command.
+
+    The CPU time is the process's and its reaped children's (a one-shot
+    collector's dump helper; ss under `ip netns exec`), user + system.
 
     With `moments`, the command's `timeline:` log line (a one-shot collector
     run with -v, collector/telemetry/timeline.py) is added to it: each moment
@@ -91,7 +122,7 @@ def timed(
         print(f"  {' '.join(cmd[-6:])} exited {proc.returncode}: {err.strip()[-500:]}", file=sys.stderr)
     if moments is not None:
         _add_moments(err, started, took, moments)
-    return took, proc.returncode, usage.ru_maxrss
+    return took, proc.returncode, usage.ru_maxrss, usage.ru_utime + usage.ru_stime
 
 
 def _add_moments(err: str, started_ns: int, took: float, moments: dict[str, list[float]]) -> None:
@@ -108,8 +139,63 @@ def _add_moments(err: str, started_ns: int, took: float, moments: dict[str, list
     moments.setdefault("exit", []).append(took * 1e3)
 
 
-def daemon_polls(ns: str, brokers: str, topic: str, polls: int) -> list[float]:
-    """Per-poll times of a long-running collector (no interpreter start-up), from its log."""
+def raw_dump(ns: str, count: bool = False) -> tuple[float, float, int, int, int]:
+    """(seconds, CPU seconds, datagrams, bytes, messages) of the bare sock_diag dump of `ns`: recv only.
+
+    Messages are counted (a header walk per datagram) only with `count`; the
+    timed dumps leave them at 0.
+    """
+    states = state_mask([TCP_STATES[s] for s in DEFAULT_STATES])
+    buf = bytearray(RECV_SIZE)
+    view = memoryview(buf)
+    done_tail = (20).to_bytes(4, "little") + (3).to_bytes(2, "little")  # NLMSG_DONE, 20 bytes
+    datagrams = nbytes = messages = 0
+    c0 = _thread_cpu()
+    t0 = time.perf_counter()
+    sock = open_diag_socket(ns)  # the collector's socket: SO_RCVBUFFORCE to its RCVBUF
+    try:
+        for seq, family in enumerate((socket.AF_INET, socket.AF_INET6), 1):
+            sock.sendall(build_request(family, states, DEFAULT_EXT, seq))
+            while True:
+                n = sock.recv_into(view, RECV_SIZE)
+                datagrams += 1
+                nbytes += n
+                if count:
+                    walk = walk_messages(buf, 0, n)
+                    messages += len(walk.offsets)
+                    if walk.error:
+                        raise RuntimeError(f"raw dump failed: {walk.error}")
+                if n < 20 or buf[n - 20 : n - 14] == done_tail or buf[4:6] in (b"\x02\x00", b"\x03\x00"):
+                    break
+    finally:
+        sock.close()
+    return time.perf_counter() - t0, _thread_cpu() - c0, datagrams, nbytes, messages
+
+
+def _thread_cpu() -> float:
+    """User + system CPU seconds of this thread (the kernel's dump work runs in its recv calls)."""
+    usage = resource.getrusage(resource.RUSAGE_THREAD)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a running process, all its threads (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def daemon_polls(
+    ns: str, brokers: str, topic: str, polls: int, raw: list[tuple[float, float]] | None = None
+) -> list[tuple[float, float]]:
+    """(seconds, CPU seconds) of each poll of a long-running collector (no interpreter start-up).
+
+    The seconds are the poll's `took` from its log; the CPU time is the whole
+    process's (librdkafka's threads included) from one poll's log line to the
+    next, i.e. per poll cycle (clock-tick resolution).  With `raw`, a raw dump
+    is timed in the idle time after each counted poll and its (seconds, CPU
+    seconds) appended to it.
+    """
     cmd = [
         DYNCC,
         "collect",
@@ -130,13 +216,21 @@ def daemon_polls(ns: str, brokers: str, topic: str, polls: int) -> list[float]:
         "0",
     ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    took: list[float] = []
+    took: list[tuple[float, float]] = []
     assert proc.stderr is not None
+    cpu_then = 0.0
     try:
         for line in proc.stderr:
             m = re.search(r"poll (\d+): .* took=([\d.]+)s", line)
-            if m and int(m.group(1)) > 1:  # the first poll warms caches
-                took.append(float(m.group(2)))
+            if not m:
+                continue
+            cpu_now = _process_cpu(proc.pid)
+            if int(m.group(1)) > 1:  # the first poll warms caches
+                took.append((float(m.group(2)), cpu_now - cpu_then))
+            cpu_then = cpu_now
+            if raw is not None and took:
+                time.sleep(0.3)  # the poll's delivery settles; the next poll is ~1.5 s away
+                raw.append(raw_dump(ns)[:2])
             if len(took) >= polls:
                 break
     finally:
@@ -245,7 +339,7 @@ def main() -> int:
         if args.timeline:
             common.append("-v")
         moments: dict[str, dict[str, list[float]]] = {"collect file": {}, "collect kafka": {}}
-        runs: dict[str, list[tuple[float, int, int]]] = {
+        runs: dict[str, list[tuple[float, int, int, float]]] = {
             "ss -tin": [],
             "collect file": [],
             "collect kafka": [],
@@ -253,8 +347,13 @@ def main() -> int:
         kafka_cmd = [DYNCC, "collect", *common, "--netns", ns, "--sink", "kafka", "--brokers", args.brokers]
         if not args.no_kafka:  # untimed: creates the topic and warms the broker and the page cache
             timed([*kafka_cmd, "--topic", topic])
+        # untimed: counts what the raw dump receives (and warms the kernel's socket walk)
+        _, _, datagrams, nbytes, messages = raw_dump(ns, count=True)
+        print(f"raw dump: {messages} messages in {datagrams} datagrams, {nbytes / 1e6:.1f} MB")
+        raw_alt: list[tuple[float, float]] = []
         for r in range(args.rounds):
             runs["ss -tin"].append(timed(["ip", "netns", "exec", ns, "ss", "-tin"]))
+            raw_alt.append(raw_dump(ns)[:2])
             out = tmp / f"batches-{r}.bin"
             runs["collect file"].append(
                 timed(
@@ -269,26 +368,45 @@ def main() -> int:
                 runs["collect kafka"].append(
                     timed([*kafka_cmd, "--topic", topic], moments=moments["collect kafka"] if args.timeline else None)
                 )
-        steady = [] if args.no_kafka else daemon_polls(ns, args.brokers, topic, args.rounds)
-        base = statistics.median(t for t, _, _ in runs["ss -tin"])
-        print(f"\n{'command':<16}{'median s':>10}{'best s':>9}{'sockets/s':>12}{'vs ss':>8}{'peak RSS MB':>13}")
+        raw_idle: list[tuple[float, float]] = []
+        steady = [] if args.no_kafka else daemon_polls(ns, args.brokers, topic, args.rounds, raw_idle)
+        base = statistics.median(t for t, _, _, _ in runs["ss -tin"])
+        raw_base = statistics.median(t for t, _ in raw_alt)
+        raw_cpu = statistics.median(c for _, c in raw_alt)
+        print(
+            f"\n{'command':<22}{'median s':>9}{'best s':>8}{'sockets/s':>11}{'vs ss':>7}{'vs raw':>8}"
+            f"{'CPU s':>7}{'CPU vs raw':>11}{'peak RSS MB':>12}  per run: vs ss, vs raw"
+        )
 
-        # the ratio of each run to the median ss run: median [range] over the rounds
-        def spread(times: list[float]) -> str:
-            ratios = sorted(base / t for t in times)
+        # speed ratio of each run to a reference: median [range] over the runs
+        def spread(ref: float, times: list[float]) -> str:
+            ratios = sorted(ref / t for t in times)
             return f"{statistics.median(ratios):.2f}x [{ratios[0]:.2f}-{ratios[-1]:.2f}]"
 
+        def row(
+            name: str, times: list[float], cpus: list[float], ref: float, ref_cpu: float, rss: str = "", note: str = ""
+        ) -> None:
+            med = statistics.median(times)
+            cpu = statistics.median(cpus)
+            print(
+                f"{name:<22}{med:>9.3f}{min(times):>8.3f}{total / med:>11,.0f}{base / med:>6.2f}x"
+                f"{ref / med:>7.2f}x{cpu:>7.3f}{ref_cpu / cpu if cpu else 0:>10.2f}x{rss:>12}"
+                f"  {spread(base, times)}, {spread(ref, times)}{note}"
+            )
+
+        row("raw dump (recv only)", [t for t, _ in raw_alt], [c for _, c in raw_alt], raw_base, raw_cpu)
         for name, got in runs.items():
             if not got:
                 continue
-            med = statistics.median(t for t, _, _ in got)
-            best = min(t for t, _, _ in got)
-            rss = max(m for _, _, m in got) / 1024
-            fails = sum(1 for _, rc, _ in got if rc != 0)
-            print(
-                f"{name:<16}{med:>10.3f}{best:>9.3f}{total / med:>12,.0f}{base / med:>7.2f}x{rss:>13.1f}"
-                + f"  vs ss per run {spread([t for t, _, _ in got])}"
-                + (f"  ({fails} failed)" if fails else "")
+            fails = sum(1 for _, rc, _, _ in got if rc != 0)
+            row(
+                name,
+                [t for t, _, _, _ in got],
+                [c for _, _, _, c in got],
+                raw_base,
+                raw_cpu,
+                f"{max(m for _, _, m, _ in got) / 1024:.1f}",
+                f"  ({fails} failed)" if fails else "",
             )
         for name, got_moments in moments.items():
             if got_moments:
@@ -297,11 +415,25 @@ def main() -> int:
                     + " ".join(f"{k}={statistics.median(v):.1f}" for k, v in got_moments.items())
                 )
         if steady:
-            med = statistics.median(steady)
-            print(
-                f"{'daemon poll':<16}{med:>10.3f}{min(steady):>9.3f}{total / med:>12,.0f}{base / med:>7.2f}x"
-                f"{'':>13}  vs ss per poll {spread(steady)} (steady state, Kafka sink)"
+            idle = raw_idle or raw_alt
+            raw_poll = statistics.median(t for t, _ in idle)
+            raw_poll_cpu = statistics.median(c for _, c in idle)
+            if raw_idle:
+                row("raw dump, poll idle", [t for t, _ in raw_idle], [c for _, c in raw_idle], raw_poll, raw_poll_cpu)
+            row(
+                "daemon poll",
+                [t for t, _ in steady],
+                [c for _, c in steady],
+                raw_poll,
+                raw_poll_cpu,
+                note="  (steady state, Kafka sink; vs the raw dumps between polls; CPU per poll cycle)",
             )
+            if raw_idle:
+                paired = sorted(r / t for (r, _), (t, _) in zip(raw_idle, steady, strict=False))
+                print(
+                    f"daemon poll vs the raw dump right after it: {statistics.median(paired):.2f}x "
+                    f"[{paired[0]:.2f}-{paired[-1]:.2f}]"
+                )
         return 0
     finally:
         for h in holders:

@@ -25,7 +25,8 @@
    loaders: total rows over the union of their windows.
 4. Prints rows/s and ratios; the bar is one loader >= 0.8 x clickhouse-client.
    The reference runs before and after the loaders; the better one is used.
-   Each loader's peak RSS (from wait4) is printed too.
+   Each loader's peak RSS is printed too: its VmHWM, read while it runs
+   (PeakRss; wait4's ru_maxrss would count this benchmark's own RSS at the fork).
 
     python bench/ingest.py --chdb-file [--rows 3000000] [--runs 3]
 
@@ -49,6 +50,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -170,6 +172,7 @@ def _loaders(
     topic = new_topic(admin)
     group = f"bench-{uuid.uuid4().hex[:8]}"
     rss: list[float] = []
+    peaks: list[PeakRss] = []
     if n == 1:
         produce(kafka, topic, msgs, **produce_cfg)
     procs = []
@@ -193,7 +196,9 @@ def _loaders(
             "--no-migrate",
             *(extra or []),
         ]
-        procs.append((subprocess.Popen([*cmd, "--drain"] if n == 1 else cmd, stderr=log, text=True), log))
+        proc = subprocess.Popen([*cmd, "--drain"] if n == 1 else cmd, stderr=log, text=True)
+        procs.append((proc, log))
+        peaks.append(PeakRss(proc.pid))
     try:
         if n > 1:
             deadline = time.monotonic() + 60
@@ -216,10 +221,15 @@ def _loaders(
         for p, _ in procs:
             if p.poll() is None:
                 p.terminate()
-        for p, _ in procs:
-            rss.append(_wait_rss(p))
+        for (p, _), hwm in zip(procs, peaks, strict=True):
+            rss.append(_wait_rss(p, hwm))
         for f in admin.delete_topics([topic]).values():
             f.result(timeout=30)
+        for f in admin.delete_consumer_groups([group]).values():  # the loaders are gone: empty
+            try:
+                f.result(timeout=30)
+            except Exception as exc:  # a group that committed nothing may not exist
+                print(f"    consumer group {group} not deleted: {exc}")
     windows, loaded = [], 0
     for (p, log), peak in zip(procs, rss, strict=True):
         err = Path(log.name).read_text()
@@ -241,18 +251,47 @@ def _loaders(
     return rows / span
 
 
-def _wait_rss(p: subprocess.Popen[str], timeout: float = 60) -> float:
-    """Wait for `p` (SIGKILL after timeout s); its peak RSS in MB (wait4)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-        if pid:
-            p.returncode = os.waitstatus_to_exitcode(status)
-            return usage.ru_maxrss / 1024
-        if time.monotonic() > deadline:
-            p.kill()
-            deadline = time.monotonic() + 60
-        time.sleep(0.05)
+class PeakRss:
+    """The peak RSS of a running child, from its /proc/PID/status VmHWM, read every 20 ms.
+
+    Not wait4's ru_maxrss: a child's maxrss counts the RSS of the address space it had
+    before exec, i.e. this benchmark's own (~0.9 GB holding the messages) at the fork.
+    VmHWM is the high-water mark of the loader's own address space; the last reading is
+    at most 20 ms before it exits.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.kib = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        path = f"/proc/{self.pid}/status"
+        while True:
+            try:
+                text = Path(path).read_text()
+            except OSError:
+                return
+            m = re.search(r"^VmHWM:\s+(\d+) kB", text, re.M)
+            if not m:  # a zombie: its memory is gone
+                return
+            self.kib = max(self.kib, int(m.group(1)))
+            time.sleep(0.02)
+
+    def mb(self) -> float:
+        self._thread.join(timeout=5)
+        return self.kib / 1024
+
+
+def _wait_rss(p: subprocess.Popen[str], peak: PeakRss, timeout: float = 60) -> float:
+    """Wait for `p` (SIGKILL after timeout s); its peak RSS in MB (VmHWM, PeakRss)."""
+    try:
+        p.wait(timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(60)
+    return peak.mb()
 
 
 _REPLAY = re.compile(r"replayed .*; ([\d.]+) s, (\d+) rows/s")
@@ -360,9 +399,10 @@ def chdb_file(rows: int, runs: int) -> int:
             cmd = [DYNCC, "ingest", "--from-file", str(path), "--clickhouse", f"chdb://{db}", "--metrics-port", "0"]
             t = time.perf_counter()
             proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            hwm = PeakRss(proc.pid)
             assert proc.stderr is not None
             err = proc.stderr.read()
-            peak.append(_wait_rss(proc))
+            peak.append(_wait_rss(proc, hwm))
             wall.append(time.perf_counter() - t)
             found = _REPLAY.search(err)
             if proc.returncode != 0 or not found or f" {rows} rows in " not in err:

@@ -5,15 +5,22 @@
                             [--lock FILE]
 
 Per target and size, in a fresh database (the URL's {db}):
-  fill   tcpinfo_5m gets N prefixes x (36 + runs) buckets: the first by INSERT ... SELECT
+  fill   tcpinfo_5m and tcpinfo_5m_nal (the default scoring's source) get N prefixes x (36 + 2 x runs)
+         buckets: the first by INSERT ... SELECT
          ...State(...) FROM numbers(), the others copies of it (--fill copy, the default) or
          each computed the same way with another seed (--fill compute: slower; the scoring
          does the same work either way: as many states to merge, rows to rank);
   cold   the first run_round on an empty scoring cache: all 36 buckets merged from the rollup,
          then score, decide, write every prefix to selections;
-  warm   `runs` more run_rounds 5 minutes apart: one new bucket merged, 36 scored, decided
-         against the previous round's state, written (what every controller round costs);
-         --cold-runs N: N - 1 more cold rounds after those, the cache tables truncated first.
+  warm   `runs` more run_rounds 5 minutes apart: one new bucket merged, the incremental state
+         moved by one bucket (controller/scoring/incremental.py), scored, decided against the
+         previous round's state, written (what every controller round costs);
+  full   the reference, in the same run: `runs` rounds more with --no-incremental (each re-reads
+         the 36 buckets of the cache), printed as the incremental round's ratio to it;
+         --cold-runs N: N - 1 more cold rounds after those, the cache tables truncated first;
+  rebuilt one round with another --min-bucket-samples: a new scoring state built from the cache
+         as it is (what a settings change costs; a restarted controller keeps its state in the
+         store and its first round is a warm one);
 Printed per round: the wall time and run_round's phases (refresh, score, decide, write);
 per target and size: median [range] of the warm rounds, the cold/warm ratio, the peak RSS of
 this process over the rounds (chDB runs inside it), the load average.  Reference measured in
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
 import os
@@ -53,13 +61,22 @@ from tests.support.decide_reference import reference_decide
 POP = "bench1"
 PHASES = ("refresh", "score", "decide", "write")
 
-FILL_SQL = """
+# the samples of one bucket: per-prefix base rate (1-20 MB/s) times per-sample noise (0.5x-1.5x)
+SAMPLES_SQL = """
+SELECT
+    intDiv(number, %(k)s) AS p,
+    concat(IPv4NumToString(toUInt32(167772160 + p * 256)), '/24') AS prefix,
+    toUInt64((1000000 + (sipHash64(p) % 19000000))
+             * (0.5 + (sipHash64(number, %(salt)s) % 1000) / 1000.)) AS dr,
+    toUInt32(5000 + sipHash64(p, 1) % 95000) AS mr,
+    toUInt64(50000 + sipHash64(number, %(salt)s, 2) % 1000000) AS ba
+FROM numbers(%(rows)s)
+"""
+
+FILL_SQL = f"""
 INSERT INTO tcpinfo_5m
 SELECT
-    %(bucket)s AS bucket,
-    %(pop)s AS pop,
-    concat(IPv4NumToString(toUInt32(167772160 + p * 256)), '/24') AS prefix,
-    toUInt8(4) AS family,
+    %(bucket)s AS bucket, %(pop)s AS pop, any(prefix), toUInt8(4) AS family,
     countState() AS samples,
     countIfState(ba > 102400) AS qualifying,
     quantilesState(0.05, 0.1, 0.5)(dr) AS delivery_rate_q,
@@ -69,18 +86,31 @@ SELECT
     sumState(ba) AS bytes_acked_sum,
     sumState(ba) AS bytes_sent_sum,
     sumState(toUInt64(0)) AS bytes_retrans_sum
-FROM
-(
-    SELECT
-        intDiv(number, %(k)s) AS p,
-        -- per-prefix base rate (1-20 MB/s) times per-sample noise (0.5x-1.5x)
-        toUInt64((1000000 + (sipHash64(p) % 19000000))
-                 * (0.5 + (sipHash64(number, %(salt)s) % 1000) / 1000.)) AS dr,
-        toUInt32(5000 + sipHash64(p, 1) % 95000) AS mr,
-        toUInt64(50000 + sipHash64(number, %(salt)s, 2) % 1000000) AS ba
-    FROM numbers(%(rows)s)
-)
+FROM ({SAMPLES_SQL})
 GROUP BY p
+"""
+
+# the default scoring's source (app-limited samples left out, migration 009): the same samples,
+# none of them app-limited
+FILL_NAL_SQL = f"""
+INSERT INTO tcpinfo_5m_nal
+SELECT
+    %(bucket)s AS bucket, %(pop)s AS pop, any(prefix), toUInt8(4) AS family,
+    countState() AS samples,
+    countIfState(ba > 102400) AS qualifying_nal,
+    countIfState(toUInt8(0)) AS qualifying_al,
+    quantilesIfState(0.05, 0.1, 0.5)(dr, ba > 102400) AS delivery_rate_nal_q,
+    quantilesIfState(0.1, 0.5)(mr, ba > 102400) AS min_rtt_nal_q
+FROM ({SAMPLES_SQL})
+GROUP BY p
+"""
+
+COPY_NAL_SQL = """
+INSERT INTO tcpinfo_5m_nal
+SELECT %(to)s AS copied_bucket, pop, prefix, family, samples, qualifying_nal, qualifying_al, delivery_rate_nal_q,
+    min_rtt_nal_q
+FROM tcpinfo_5m_nal
+WHERE bucket = %(source)s
 """
 
 COPY_SQL = """
@@ -98,12 +128,14 @@ def fill(store: Store, prefixes: int, buckets: int, end: dt.datetime, samples: i
     started = time.perf_counter()
     times = [end - dt.timedelta(minutes=5 * (buckets - i)) for i in range(buckets)]
     for i, bucket in enumerate(times if not copy else times[:1]):
-        store.execute(FILL_SQL, {"bucket": bucket, "pop": POP, "k": samples, "rows": prefixes * samples, "salt": i})
+        for sql in (FILL_SQL, FILL_NAL_SQL):
+            store.execute(sql, {"bucket": bucket, "pop": POP, "k": samples, "rows": prefixes * samples, "salt": i})
     if copy:
 
         def copy_on(shard: Store) -> None:
             for bucket in times[1:]:
-                shard.execute(COPY_SQL, {"to": bucket, "source": times[0]})
+                for sql in (COPY_SQL, COPY_NAL_SQL):
+                    shard.execute(sql, {"to": bucket, "source": times[0]})
 
         with ThreadPoolExecutor(max_workers=len(store.shard_stores())) as pool:
             list(pool.map(copy_on, store.shard_stores()))
@@ -134,8 +166,9 @@ def phases(result: RoundResult) -> str:
 
 def rounds(
     store: Store, cfg: ScoringSettings, now: dt.datetime, label: str, size: int, runs: int, cold_runs: int
-) -> tuple[list[float], list[RoundResult], float, tuple[float, float]]:
-    """The timed part: cold round(s) and warm rounds; (cold seconds, warm results, peak RSS MiB, load)."""
+) -> tuple[list[float], list[RoundResult], float, float, tuple[float, float]]:
+    """The timed part: cold round(s), warm rounds, a state rebuild; (cold seconds, warm results,
+    rebuild seconds, peak RSS MiB, load)."""
     reset_peak_rss()
     load_before = os.getloadavg()[0]
     cold = run_round(store, cfg, now, POP)
@@ -147,14 +180,31 @@ def rounds(
         print(f"{label} {size}: warm {i} {result.seconds:.2f}s [{phases(result)}]", flush=True)
     colds = [cold.seconds]
     for j in range(1, cold_runs):  # again from an empty cache, at the last warm round's time
-        for table in ("scoring_buckets", "scoring_versions"):
+        for table in ("scoring_cache", "scoring_versions", "scoring_state", "scoring_state_keys"):
             store.execute(f"TRUNCATE TABLE {table}")
         again = run_round(store, cfg, now + dt.timedelta(minutes=5 * runs), POP)
         colds.append(again.seconds)
         print(f"{label} {size}: cold {j + 1} {again.seconds:.2f}s [{phases(again)}]", flush=True)
+    # other scoring settings: a new state built from the cache as it is (no bucket merged again)
+    rebuild = run_round(
+        store, dataclasses.replace(cfg, min_samples=cfg.min_samples + 1), now + dt.timedelta(minutes=5 * runs), POP
+    )
+    print(f"{label} {size}: state rebuilt {rebuild.seconds:.2f}s [{phases(rebuild)}]", flush=True)
     rss = peak_rss_mib()
     load_after = os.getloadavg()[0]
-    return colds, warm, rss, (load_before, load_after)
+    return colds, warm, rebuild.seconds, rss, (load_before, load_after)
+
+
+def full_rounds(store: Store, cfg: ScoringSettings, now: dt.datetime, label: str, size: int, runs: int) -> list[float]:
+    """The reference: warm rounds that re-read the whole window (--no-incremental), after the
+    incremental ones, on the same data (each one bucket later, like them)."""
+    full_cfg = dataclasses.replace(cfg, incremental=False)
+    out = []
+    for i in range(1, runs + 1):
+        result = run_round(store, full_cfg, now + dt.timedelta(minutes=5 * i), POP)
+        out.append(result.seconds)
+        print(f"{label} {size}: full {i} {result.seconds:.2f}s [{phases(result)}]", flush=True)
+    return out
 
 
 @contextlib.contextmanager
@@ -179,11 +229,12 @@ def bench_one(
     store = open_store(url.replace("{db}", f"bench_{uuid.uuid4().hex[:8]}"))
     try:
         apply_migrations(store)
-        end = window_for(now + dt.timedelta(minutes=5 * runs), cfg).end
-        fill_s = fill(store, size, cfg.lookback_buckets + runs, end, samples, copy)
-        print(f"{label} {size}: filled {cfg.lookback_buckets + runs} buckets in {fill_s:.0f}s", flush=True)
+        end = window_for(now + dt.timedelta(minutes=5 * 2 * runs), cfg).end  # warm rounds, then the full ones
+        fill_s = fill(store, size, cfg.lookback_buckets + 2 * runs, end, samples, copy)
+        print(f"{label} {size}: filled {cfg.lookback_buckets + 2 * runs} buckets in {fill_s:.0f}s", flush=True)
         with timed_section(lock):
-            colds, warm, rss, loads = rounds(store, cfg, now, label, size, runs, cold_runs)
+            colds, warm, rebuilt, rss, loads = rounds(store, cfg, now, label, size, runs, cold_runs)
+            full = full_rounds(store, cfg, now + dt.timedelta(minutes=5 * runs), label, size, runs)
             # the reference: the replaced decision code on the next round's scores and state
             later = now + dt.timedelta(minutes=5 * (runs + 1))
             window = window_for(later, cfg)
@@ -200,7 +251,11 @@ def bench_one(
         print(
             f"{label:10s} prefixes={size:>7d} x {cfg.lookback_buckets} buckets scored={len(warm[-1].decisions)}  "
             f"warm round {median_range(seconds)}s ({per_phase})  cold {median_range(colds)}s "
-            f"= x{statistics.median(colds) / statistics.median(seconds):.1f} warm  peak RSS {rss:.0f} MiB  "
+            f"= x{statistics.median(colds) / statistics.median(seconds):.1f} warm  "
+            f"state rebuilt from the cache {rebuilt:.2f}s = x{rebuilt / statistics.median(seconds):.1f} warm  "
+            f"full recompute {median_range(full)}s "
+            f"(incremental x{statistics.median(seconds) / statistics.median(full):.2f})  "
+            f"peak RSS {rss:.0f} MiB  "
             f"decide x{(t1 - t0) / (t2 - t1):.2f} of the replaced code ({t1 - t0:.2f}s vs {t2 - t1:.2f}s)  "
             f"load {loads[0]:.1f}-{loads[1]:.1f}",
             flush=True,

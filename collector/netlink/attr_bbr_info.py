@@ -40,6 +40,9 @@ def decode(base: np.ndarray, pos: np.ndarray, length: np.ndarray, errors: Counte
     if short.any():
         errors["short_bbr_info"] += int(np.count_nonzero(short))
         pos = np.where(short, -1, pos)
+    if not (pos >= 0).any():  # no BBR socket (the usual chunk): zero columns, nothing gathered
+        rows = pos.shape[0]
+        return {name: np.zeros(rows, dtype=np.uint64 if name == "bbr_bw" else np.uint32) for name in BBR_COLUMNS}
     bbr = gather_words(base, pos, length, BBR_INFO_LEN // 4)
     return {
         "has_bbr_info": (pos >= 0).astype(np.uint32),

@@ -1,12 +1,18 @@
 """NETLINK_SOCK_DIAG dump I/O: one raw AF_NETLINK socket, SOCK_DIAG_BY_FAMILY dumps.
 
-The dump is received straight into chunk buffers: netlink datagrams are
-4-aligned streams of whole messages, so consecutive recv_into() calls leave one
-contiguous run of messages that sockdiag_parse can decode in a single vectorized
-pass once the chunk is full (parsing copies everything out, so the buffer is
-reused).  Buffers come from a BufferPool: anonymous mmaps made on first use
-(no up-front zeroing; untouched pages cost no memory) and kept for later dumps.
-Memory stays bounded by the pool whatever the number of sockets.
+The dump is received straight into chunk buffers by a reader thread.  With
+recvmmsg (collector.netlink.recvmmsg, the default where libc has it) one call
+receives every datagram the kernel produces until the chunk's slots are full,
+each datagram in its own RECV_SIZE slot, with the GIL released for the whole
+call: the kernel's dump work (done inside the receive calls) never waits for
+the thread that parses.  Without it, one recv_into() per datagram packs the
+datagrams back to back (netlink datagrams are 4-aligned streams of whole
+messages).  Either way a full chunk is a list of datagram (start, end) ranges
+that sockdiag_parse walks and decodes in a single vectorized pass (parsing
+copies everything out, so the buffer is reused).  Buffers come from a
+BufferPool: anonymous mmaps made on first use (no up-front zeroing; untouched
+pages cost no memory) and kept for later dumps.  Memory stays bounded by the
+pool whatever the number of sockets.
 
 Namespaces: the socket is created inside the named namespace (setns on this
 thread, then back), and keeps dumping that namespace afterwards.
@@ -17,6 +23,7 @@ from __future__ import annotations
 import mmap
 import os
 import queue
+import select
 import socket
 import threading
 import time
@@ -25,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from collector.netlink.recvmmsg import MultiRecv
 from collector.netlink.sockdiag import (
     DEFAULT_CHUNK,
     DEFAULT_EXT,
@@ -127,6 +135,7 @@ class DiagDumper:
     A reader thread receives datagrams into chunk buffers (the kernel does the
     dump work inside recv, with the GIL released) while the calling thread
     walks and parses the previous chunk; at most `buffers` chunks exist.
+    multi=False receives with one recv_into per datagram instead of recvmmsg.
     """
 
     def __init__(
@@ -135,6 +144,8 @@ class DiagDumper:
         chunk_bytes: int = DEFAULT_CHUNK,
         buffers: int = 3,
         pool: BufferPool | None = None,
+        *,
+        multi: bool = True,
     ) -> None:
         self.sock = sock
         self.pid = int(sock.getsockname()[0])
@@ -143,14 +154,26 @@ class DiagDumper:
         if pool is not None and pool.size < chunk_buffer_size(self.chunk_bytes):
             raise ValueError(f"pool buffers of {pool.size} bytes are smaller than a chunk")
         self._pool = pool if pool is not None else BufferPool(chunk_buffer_size(self.chunk_bytes), buffers)
+        self._use_multi = multi
+        self._multi: MultiRecv | None = None
 
     def close(self) -> None:
         self.sock.close()
+
+    def _receiver(self) -> MultiRecv | None:
+        """recvmmsg for this socket (one call fills many chunk slots), or None: recv_into per datagram."""
+        if self._multi is None and self._use_multi:
+            try:
+                self._multi = MultiRecv(self.sock, -(-self.chunk_bytes // RECV_SIZE))
+            except OSError:
+                self._use_multi = False
+        return self._multi
 
     def _reader(
         self, out: queue.Queue[_Chunk | BaseException | None], deadline: float | None, stop: threading.Event
     ) -> None:
         sock = self.sock
+        multi = self._receiver()
         try:
             buf = self._pool.get(stop)
             view = memoryview(buf)
@@ -162,22 +185,35 @@ class DiagDumper:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise DumpTimeout("poll timeout during the netlink dump")
-                    sock.settimeout(left)
+                    if multi is not None:
+                        ready, _, _ = select.select([sock], [], [], left)
+                        if not ready:
+                            raise DumpTimeout("poll timeout during the netlink dump")
+                    else:
+                        sock.settimeout(left)
                 try:
-                    n = sock.recv_into(view[pos : pos + RECV_SIZE], RECV_SIZE)
+                    if multi is not None:
+                        # slots of RECV_SIZE bytes from pos up to the chunk's end, one call
+                        got = multi.recv(buf, pos, -(-(self.chunk_bytes - pos) // RECV_SIZE), RECV_SIZE)
+                        stride = RECV_SIZE
+                    else:
+                        got = [sock.recv_into(view[pos : pos + RECV_SIZE], RECV_SIZE)]
+                        stride = 0
                 except TimeoutError as exc:
                     raise DumpTimeout("poll timeout during the netlink dump") from exc
                 except InterruptedError:
                     continue
-                if n <= 0:
-                    raise DumpError("netlink socket closed during the dump")
-                starts.append(pos)
-                ends.append(pos + n)
                 final = False
-                if may_end_dump(buf, pos, pos + n):
-                    walk = walk_messages(buf, pos, pos + n)
-                    final = walk.done
-                pos += (n + 3) & ~3
+                for n in got:
+                    if n <= 0:
+                        raise DumpError("netlink socket closed during the dump")
+                    starts.append(pos)
+                    ends.append(pos + n)
+                    if may_end_dump(buf, pos, pos + n):
+                        final = walk_messages(buf, pos, pos + n).done
+                    pos += stride or (n + 3) & ~3
+                    if final:
+                        break
                 if final or pos >= self.chunk_bytes:
                     out.put(_Chunk(buf, starts, ends))
                     if final:

@@ -278,14 +278,20 @@ def apply_layouts(
         match = np.ones(sel.shape[0], dtype=bool)
         for rel, word in layout:
             match &= u32[base + (rel >> 2)] == np.uint32(word)
-        taken = np.zeros(todo.shape[0], dtype=bool)
-        taken[sel[match]] = True
-        hit = todo[taken]
         pos: dict[int, tuple[int, int]] = {}
         for rel, word in layout:
             t = (word >> 16) & 0x3FFF
             if t in found:
                 pos[t] = (rel + 4, (word & 0xFFFF) - 4)  # the last one wins, as in the walk
+        if sel.shape[0] == todo.shape[0] == offs.shape[0] and match.all():
+            # every message has this layout (the usual chunk): whole-array writes, no indexing
+            for t, (rel, size) in pos.items():
+                np.add(offs, rel, out=found[t])
+                flen[t].fill(size)
+            return todo[:0]
+        taken = np.zeros(todo.shape[0], dtype=bool)
+        taken[sel[match]] = True
+        hit = todo[taken]
         for t, (rel, size) in pos.items():
             found[t][hit] = offs[hit] + rel
             flen[t][hit] = size

@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -127,12 +128,42 @@ class KafkaStart:
         conf.update(extra or {})
         self.producer: Any = None
         self.error: Exception | None = None
+        self._asker: threading.Thread | None = None
+        self._answered = False
         try:
             from collector.telemetry.kafka_producer import producer_class
 
             self.producer = producer_class()(conf)
         except Exception as exc:  # confluent_kafka.KafkaException on bad settings, ImportError
             self.error = exc
+
+    def ask_metadata(self, topic: str, timeout: float = 0.5) -> None:
+        """Send one metadata request for `topic` now, from a helper thread, so that the start
+        probe's answer arrives while the rest of the collector loads (a one-shot run).
+
+        Only its success counts (`answered()`); a failure leaves the probe to the caller's
+        usual loop, which reads the reason from the log.  The thread calls nothing but
+        list_topics (librdkafka is thread-safe; callbacks stay served by the main thread).
+        """
+        if self.producer is None or self._asker is not None:
+            return
+        producer = self.producer
+
+        def ask() -> None:
+            try:
+                producer.list_topics(topic, timeout=timeout)
+            except Exception:  # confluent_kafka.KafkaException: no answer in time
+                return
+            self._answered = True
+
+        self._asker = threading.Thread(target=ask, name="dyncc-kafka-metadata", daemon=True)
+        self._asker.start()
+
+    def answered(self, wait: float = 0.0) -> bool:
+        """True once the early metadata request (ask_metadata) has been answered (waits up to `wait` s)."""
+        if wait > 0 and self._asker is not None:
+            self._asker.join(wait)
+        return self._answered
 
 
 class KafkaSink(_PollSink):
@@ -143,6 +174,7 @@ class KafkaSink(_PollSink):
         if start.error is not None:
             raise start.error
         self.brokers = start.brokers
+        self.start = start
         self.kafka_log = start.kafka_log
         self.producer = start.producer
         self.topic = topic

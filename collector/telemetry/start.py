@@ -18,6 +18,9 @@
 - check_kafka: the start probe of a Kafka sink: a wrong password, an untrusted
   certificate or a TLS listener spoken to in plaintext is one line, exit 2
   (ConfigError); an unreachable broker is left to the sink's queue as before.
+  A one-shot run sends the probe's metadata request from a helper thread as
+  soon as its producer exists (start_kafka); when the broker has answered it by
+  the time the collector is loaded, the probe is done, otherwise it runs as usual.
 - process_is_dyncc: True only when this process is the `dyncc` command itself
   (not a test or another program calling the CLI in-process).
 - exit_now: end a finished one-shot run without the interpreter's teardown.
@@ -118,6 +121,8 @@ def start_kafka(cfg: CollectSettings) -> KafkaStart:
         extra={**librdkafka_options(cfg.kafka_security), **cfg.kafka},  # ConfigError: a password file, ...
         quiet=cfg.once,  # the run's one closing line says what went wrong
     )
+    if cfg.once:  # the start probe's request, answered while numpy loads (check_kafka)
+        start.ask_metadata(cfg.topic)
     timeline.mark("producer")
     return start
 
@@ -132,6 +137,10 @@ def check_kafka(cfg: CollectSettings, sink: Any) -> None:
     ridden out by the sink's queue, and a --once run says so in its closing line)."""
     from dyncc_common.kafka_security import probe
 
+    start = getattr(sink, "start", None)
+    if start is not None and start.answered():  # the early request of a one-shot run (start_kafka)
+        timeline.mark("probed")
+        return
     timeout = min(PROBE_SECONDS, cfg.flush_timeout) if cfg.once else PROBE_SECONDS
     probe(sink.producer, sink.kafka_log, cfg.brokers, timeout, cfg.topic, give_up_refused=True)
     timeline.mark("probed")

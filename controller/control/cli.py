@@ -58,7 +58,7 @@ SHARED = ("clickhouse", "kafka", "publish_dir", "private_key", "config_topic", "
 #: the tables a round reads and writes (older stores: 'dyncc schema apply' adds what is missing)
 ROUND_TABLES = (
     "selections",
-    "scoring_buckets",
+    "scoring_cache",
     "tcpinfo_5m",
     "tcpinfo_5m_nal",
     "trial_rounds",
@@ -72,7 +72,7 @@ PIN_VALIDATION = ("deny", "v4_length", "v6_length", "allowed_algorithms")
 #: what the pin actions read and write
 PIN_TABLES = ("pins", "tcpinfo_5m", "config_versions")
 #: what explain reads (round_settings is optional: without it, the command line's settings)
-EXPLAIN_TABLES = ("selections", "scoring_buckets", "tcpinfo_5m", "tcpinfo_5m_nal", "trial_rounds", "round_outcomes")
+EXPLAIN_TABLES = ("selections", "scoring_cache", "tcpinfo_5m", "tcpinfo_5m_nal", "trial_rounds", "round_outcomes")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -10,10 +10,10 @@ refuses) are dead-lettered the same way and every other record still lands;
 only a store that is unavailable stops a replay (StoreError).
 
 The file is read as it is loaded (at most about two groups of records in
-memory, whatever its size), and the next group is decoded and prepared while
-the previous one is inserted on a worker thread (BatchWriter.prepare with the
-in-flight group pending, then insert and settle in order, as the Kafka loader
-does).  A group whose insert fails is flushed again on its own (content errors
+memory, whatever its size), and the next group is prepared while the previous
+one is decoded and inserted, slice by slice, on a worker thread
+(BatchWriter.prepare with the in-flight group pending, then insert and settle
+in order, as the Kafka loader does).  A group whose insert fails is flushed again on its own (content errors
 are isolated there) and the group prepared behind it is prepared again.
 """
 

@@ -5,13 +5,19 @@
   synchronously only after BatchWriter.flush() returned, i.e. after the store
   acknowledged every insert of the group.
 * Messages are grouped per flush by rows / bytes / age limits: a group goes
-  as soon as an insert thread is idle and min_rows wait (or max_wait passed),
+  as soon as an insert thread is idle and min_rows wait (or max_wait passed;
+  while another group is in flight, its share max_rows / (inserters + 1)),
   at the latest when max_rows / max_bytes are reached.  Up to `inserters`
   groups are inserted at once (worker threads, one ClickHouse connection
-  each: the server runs one thread per INSERT) while the next is consumed,
-  decoded and prepared.  Groups are settled and their offsets committed
-  strictly in order: a group's offsets only once it and every group before
-  it were acknowledged.
+  each: the server runs one thread per INSERT; each thread decodes and sends
+  its group slice by slice, BatchWriter) while the next is consumed and
+  prepared.  Groups are settled and their offsets committed strictly in
+  order: a group's offsets only once it and every group before it were
+  acknowledged.
+* Memory is bounded whatever the backlog: the loader consumes only while the
+  messages it holds (buffered, or in groups in flight whose slices have not
+  landed) are under max_rows rows and max_bytes bytes; librdkafka's prefetch
+  queue is small (consumer_settings) and the rest waits in Kafka.
 * Store unavailable: the flush is retried with capped exponential backoff;
   meanwhile the assigned partitions are paused and poll() keeps running, so
   the loader stays in the group (max.poll.interval.ms is never exceeded) and
@@ -59,7 +65,7 @@ import os
 import signal
 import time
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -156,13 +162,14 @@ def consumer_settings(cfg: KafkaConfig, kafka_log: KafkaLog | None = None) -> di
         # librdkafka's default 1000 ms backoff when its fetch queue is full stalls
         # the loader about a second at a time (docs/performance.md).
         "fetch.queue.backoff.ms": 10,
-        # Fetch in large chunks (with the defaults, 1 MB per partition per fetch, the loader
-        # waited for the broker much of a run) and keep a prefetch queue of about one group's
-        # messages: it fills whenever the loader is behind, so its size is resident memory
-        # (docs/performance.md).
-        "max.partition.fetch.bytes": 16 << 20,
-        "fetch.max.bytes": 64 << 20,
-        "queued.max.messages.kbytes": 64 << 10,
+        # Fetch in chunks larger than the default 1 MB per partition (with it the loader waited
+        # for the broker much of a run) and keep a small prefetch queue: it fills whenever the
+        # loader is behind, and librdkafka's buffers for it (the queue, the fetch responses being
+        # decompressed) are resident memory: larger sizes cost much of the loader's peak RSS
+        # (docs/performance.md, "Loader memory").
+        "max.partition.fetch.bytes": 2 << 20,
+        "fetch.max.bytes": 8 << 20,
+        "queued.max.messages.kbytes": 16 << 10,
         "max.poll.interval.ms": 300_000,
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 1_000,
@@ -308,20 +315,26 @@ class KafkaLoader:
                     if time.monotonic() >= self.next_retry:
                         self._retry()
                     continue
-                msgs = c.consume(num_messages=self.cfg.poll_messages, timeout=0.2)
-                for m in msgs:
-                    self._take(m)
+                msgs: list[Any] = []
+                if self._room():
+                    msgs = c.consume(num_messages=self.cfg.poll_messages, timeout=0.2)
+                    for m in msgs:
+                        self._take(m)
+                elif self.inflight:  # the loader holds its limit: wait for a slice to land
+                    t_wait = time.monotonic()
+                    wait_futures([f for _, _, f in self.inflight], timeout=0.05, return_when=FIRST_COMPLETED)
+                    self.waited += time.monotonic() - t_wait
                 self._reap(wait=False)
                 now = time.monotonic()
                 full = self.buffer_rows >= self.cfg.max_rows or self.buffer_bytes >= self.cfg.max_bytes
                 # An insert thread idle and enough rows (or old enough) -> go now: groups grow
                 # to whatever arrives during one insert, up to the limits.  Enough is min_rows
-                # when nothing is being inserted, else a fair share of max_rows: small
-                # concurrent inserts cost the server much more per row.
+                # when nothing is being inserted, else a fair share of max_rows (the groups in
+                # flight and the one being gathered share it, _room): small concurrent inserts
+                # cost the server more per row.
                 busy = len(self.inflight)
-                enough = self.cfg.min_rows if not busy else max(self.cfg.min_rows, self.cfg.max_rows // self.inserters)
                 ready = busy < self.inserters and (
-                    self.buffer_rows >= enough
+                    self.buffer_rows >= self._enough()
                     or now - self.buffer_since >= self.cfg.max_wait
                     or (not msgs and self.cfg.drain)
                 )
@@ -381,6 +394,27 @@ class KafkaLoader:
         self.buffer_rows += item.rows
         self.buffer_bytes += len(value)
         self.partitions_seen.add((m.topic(), m.partition()))
+
+    def _enough(self) -> int:
+        """Rows that make a group when an insert thread is free: min_rows when nothing is in
+        flight, else the group's share of max_rows (the groups in flight and the one gathered)."""
+        return self.cfg.min_rows if not self.inflight else self.cfg.max_rows // (self.inserters + 1)
+
+    def _room(self) -> bool:
+        """Whether to consume more: the messages held (buffered, or in groups in flight and not
+        landed yet) are under max_rows rows and max_bytes bytes, or an insert thread is free and
+        its group is still short.  Bounds the loader's memory whatever the backlog (to about
+        max_rows, at most inserters x max_rows + max_rows); librdkafka's small prefetch queue holds
+        the rest."""
+        if len(self.inflight) < self.inserters and self.buffer_rows < self._enough():
+            return True
+        rows, size = self.buffer_rows, self.buffer_bytes
+        for items, _, _ in self.inflight:
+            for item in items:
+                if not item.landed:
+                    rows += item.rows
+                    size += len(item.value)
+        return rows < self.cfg.max_rows and size < self.cfg.max_bytes
 
     def _clear(self) -> None:
         self.buffer = []

@@ -57,15 +57,26 @@ class IngestSettings(Settings):
         repeatable=True, metavar="PATH",
     )  # fmt: skip
     drain: bool = setting(False, BOOL, "exit 0 once every assigned partition is caught up")
-    max_rows: int = setting(300_000, INT, "flush after this many rows", validator=at_least(1))
+    max_rows: int = setting(
+        300_000, INT,
+        "flush after this many rows; the Kafka loader holds at most about this many (buffered and in flight)",
+        validator=at_least(1),
+    )  # fmt: skip
     min_rows: int = setting(
         50_000, INT, "flush as soon as an insert thread is free and this many rows wait", validator=at_least(1)
     )
     max_bytes: int = setting(
-        128 << 20, INT, "flush after this many message bytes", default_text="134217728 (128 MiB)",
-        validator=at_least(1),
+        128 << 20, INT,
+        "flush after this many message bytes; the Kafka loader holds at most about this many",
+        default_text="134217728 (128 MiB)", validator=at_least(1),
     )  # fmt: skip
     max_wait: float = setting("2s", DURATION, "flush buffered messages at least this often")
+    slice_rows: int = setting(
+        150_000, INT,
+        "decode and insert a flushed group in slices of at most this many rows (whole batches, one INSERT "
+        "each): the loader holds one slice's columns per insert thread, not the group's",
+        validator=at_least(1),
+    )  # fmt: skip
     inserters: int = setting(
         2, INT, "groups inserted at once, each on its own ClickHouse connection (offsets are still committed in order)",
         metavar="N", validator=at_least(1),

@@ -14,15 +14,25 @@ One flush of a group of messages:
      every shard has its own ledger and gets its own rows (Store.shard_stores,
      controller/ingest/shards.py): a batch is skipped on the shards that hold it
      and loaded on the others;
-  3. decode the remaining non-empty batches (bad column data -> dead letter);
+  3. check the values the decoder refuses (cc_index, client_prefix_len: bad
+     column data -> dead letter) from those two columns alone;
   4. find per-host sequence gaps, and the batches that arrived late inside a
      recorded gap (fills: controller.ingest.sequence);
   5. write dead letters, gaps and empty-batch ledger rows, then the rows in
-     ONE insert (one block), whose ledger rows the materialized view writes,
-     then the fills of the batches that are now in the ledger.
+     slices: consecutive whole batches of at most `slice_rows` rows, each
+     decoded, serialized and sent as ONE insert (one block) whose ledger rows
+     the materialized view writes, then freed before the next slice is
+     decoded; then the fills of the batches that are now in the ledger.
+Only one slice's columns are alive per insert thread, whatever the group's
+size; the group's messages are held until it is written, except those of
+slices that landed (Incoming.landed: their bytes are let go).
 Every step is idempotent, so a failed flush (StoreError) is retried whole by
 the caller; the caller commits its Kafka offsets only after flush() returned.
-See docs/ingest.md for why this never duplicates rows.
+A slice boundary is a batch boundary, so a batch's rows and its ledger row are
+in one block: a retry after a failure (or a crash) between two slices' inserts
+skips the batches of the slices that landed (this writer's own record, else
+the ledger) and loads the rest.  See docs/ingest.md for why this never
+duplicates rows.
 
 Store errors are told apart (dyncc_common.errors): StoreUnavailable (and
 any error that is not the data's fault) propagates, the caller retries.  When
@@ -47,15 +57,19 @@ import numpy as np
 from controller.ingest.columns import TCPINFO_TYPES, Prepared, StrColumn, prepare, to_insert_columns
 from controller.ingest.metrics import IngestMetrics
 from controller.ingest.sequence import Fill, Gap, Key, SeenBatch, SequenceTracker, find_fills
+from controller.ingest.settings import IngestSettings
 from controller.ingest.shards import row_shards, rows_to_load, take_rows
 from controller.store import Store, StoreContentError
 from controller.store.sql import query
-from schemas.tcpinfo_decode import BatchDecodeError, ScannedBatch, decode_all, scan_batch
+from schemas.tcpinfo_columns import COLUMN_DTYPES, COLUMNS
+from schemas.tcpinfo_decode import MAX_PREFIX_LEN, BatchDecodeError, ScannedBatch, decode_all, scan_batch
 
 log = logging.getLogger("dyncc.ingest")
 
 TABLE = "tcpinfo"
 Identity = tuple[str, int, int]
+#: rows of one insert at most (whole batches; a larger batch goes alone): the `--slice-rows` default
+SLICE_ROWS: int = IngestSettings.defaults()["slice_rows"]
 
 
 @dataclass(slots=True)
@@ -68,10 +82,22 @@ class Incoming:
     offset: int = -1
     scanned: ScannedBatch | None = None
     error: str | None = None
+    # its rows were inserted by this writer (a slice of its group landed): a retry of the group
+    # counts it as already loaded without asking the ledger, and its bytes are let go
+    # (value and scanned.data are empty)
+    landed: bool = False
 
     @property
     def rows(self) -> int:
         return self.scanned.rows if self.scanned is not None else 0
+
+    def release(self) -> None:
+        """Its rows landed: mark it and let go of its bytes (kept: header, offsets, row count)."""
+        self.landed = True
+        self.value = b""
+        if self.scanned is not None:
+            self.scanned.data = b""
+            self.scanned.columns = None
 
 
 @dataclass
@@ -115,22 +141,23 @@ class FlushResult:
 
 @dataclass
 class PreparedFlush:
-    """A flush whose CPU work is done and whose store writes are not (BatchWriter.commit)."""
+    """A flush whose look-ups and checks are done and whose store writes are not (BatchWriter.commit).
+
+    The rows are not decoded yet: insert() decodes them slice by slice.
+    """
 
     result: FlushResult
-    columns: Prepared | None
-    empty: list[ScannedBatch]
-    updates: dict[Key, int]
-    identities: set[Identity]  # the batches this flush loads
-    prepare_seconds: float
-    block: Any = None  # controller.store.native.NativeBlock, serialized on the preparing thread
-    # the non-empty batches whose rows `columns` holds, in row order (to isolate refused ones)
+    empty: list[ScannedBatch] = field(default_factory=list)
+    updates: dict[Key, int] = field(default_factory=dict)
+    identities: set[Identity] = field(default_factory=set)  # the batches this flush loads
+    prepare_seconds: float = 0.0
+    # the non-empty batches to load, in order (insert() cuts them into slices)
     loaded: list[tuple[Incoming, ScannedBatch]] = field(default_factory=list)
     # batches inside a recorded gap, written once they are in the ledger (redelivered ones too)
     fills: list[Fill] = field(default_factory=list)
     behind: set[Identity] = field(default_factory=set)  # loaded batches older than their run's last
-    # rows of each batch of `loaded` in `columns` (a cluster may hold some of a batch's rows already)
-    batch_rows: list[int] = field(default_factory=list)
+    # a cluster: the shards whose ledger holds each batch of `loaded` (its rows there are not sent)
+    presence: dict[Identity, set[int]] = field(default_factory=dict)
 
 
 def _fill_identity(f: Fill) -> Identity:
@@ -151,8 +178,12 @@ class BatchWriter:
         metrics: IngestMetrics | None = None,
         source: str = "inproc",
         native: bool = True,
+        slice_rows: int = SLICE_ROWS,
     ) -> None:
+        if slice_rows < 1:
+            raise ValueError(f"slice_rows must be at least 1, not {slice_rows}")
         self.store = store
+        self.slice_rows = slice_rows
         self.metrics = metrics or IngestMetrics()
         self.source = source
         self.tracker = SequenceTracker()
@@ -209,10 +240,10 @@ class BatchWriter:
             bare = Incoming(b"", item.topic, item.partition, item.offset)
             self._insert_dead_letters([(bare, f"{reason}; raw bytes not stored: {exc}")])
         result = FlushResult(messages=1, dead_letters=[(item, reason)])
-        return self.settle(PreparedFlush(result, None, [], {}, set(), 0.0))
+        return self.settle(PreparedFlush(result))
 
     def prepare(self, items: Sequence[Incoming], pending: Sequence[PreparedFlush] = ()) -> PreparedFlush:
-        """The CPU part of a flush: scan, dedup against the ledger, decode, gaps, columns.
+        """The look-ups of a flush: scan, dedup against the ledger, value checks, gaps (no decoding).
 
         `pending` are prepared flushes not yet committed (a pipelining caller's
         in-flight insert): their batches count as loaded and their sequence
@@ -237,15 +268,18 @@ class BatchWriter:
             else:
                 seen.add(batch.identity)
                 unique.append((item, batch))
-        presence = self._ledger_presence([b.identity for _, b in unique])
+        # batches a slice of an earlier attempt of this flush landed: already loaded, as if the
+        # ledger said so (it does), without asking it
+        fresh = [(item, b) for item, b in unique if not item.landed]
+        presence = self._ledger_presence([b.identity for _, b in fresh])
         sharded = len(self.store.shard_stores()) > 1
         # one server: a batch in the ledger is skipped; a cluster: an empty one is, a batch with
-        # rows is decoded and only its rows missing from their shards are kept (below)
-        todo = [(item, b) for item, b in unique if b.identity not in presence or (sharded and b.rows)]
+        # rows is decoded and only its rows missing from their shards are sent (insert())
+        todo = [(item, b) for item, b in fresh if b.identity not in presence or (sharded and b.rows)]
         result.duplicates += len(unique) - len(todo)
         nonempty = [(item, b) for item, b in todo if b.rows]
         empty = [b for _, b in todo if not b.rows]
-        group, bad = decode_all([b for _, b in nonempty])
+        bad = _value_errors([b for _, b in nonempty])
         for index, reason in sorted(bad.items()):
             result.dead_letters.append((nonempty[index][0], reason))
         bad_ids = {nonempty[i][1].identity for i in bad}
@@ -272,27 +306,23 @@ class BatchWriter:
         gaps, updates, behind = self.tracker.plan_behind(tracked, baseline, override=overlay)
         result.gaps = gaps
         fills = self._fills(behind, pending) if behind else []
-        columns: Prepared | None = None
-        block: Any = None
-        rows = 0
         loaded = [(item, b) for item, b in nonempty if b.identity not in bad_ids]
-        batch_rows = [b.rows for _, b in loaded]
-        if any(b.rows for b in group.batches):
-            columns, rows = prepare(group)
-            if sharded:
-                columns, batch_rows = self._unloaded(columns, loaded, batch_rows, presence)
-                rows = sum(batch_rows)
-                result.duplicates += sum(1 for n in batch_rows if n == 0)
-                kept = [(x, n) for x, n in zip(loaded, batch_rows, strict=True) if n]
-                loaded, batch_rows = [x for x, _ in kept], [n for _, n in kept]
-            block = self._native_block(columns, rows) if not sharded else None
-        result.rows = rows
+        # on a cluster a batch's rows some shards hold already are taken off when its slice is decoded
+        result.rows = sum(b.rows for _, b in loaded)
         result.empty = len(empty)
         result.batches = len(loaded) + len(empty)
         identities = {b.identity for _, b in loaded} | {b.identity for b in empty}
         late = {(b.host, b.run_id, b.sequence) for b in behind} & identities
         return PreparedFlush(
-            result, columns, empty, updates, identities, time.monotonic() - t0, block, loaded, fills, late, batch_rows
+            result,
+            empty=empty,
+            updates=updates,
+            identities=identities,
+            prepare_seconds=time.monotonic() - t0,
+            loaded=loaded,
+            fills=fills,
+            behind=late,
+            presence={i: presence[i] for _, b in loaded if (i := b.identity) in presence} if sharded else {},
         )
 
     def _fills(self, behind: list[SeenBatch], pending: Sequence[PreparedFlush]) -> list[Fill]:
@@ -309,12 +339,14 @@ class BatchWriter:
         return self.settle(prep)
 
     def insert(self, prep: PreparedFlush) -> FlushResult:
-        """Dead letters, gaps, empty-batch ledger rows, the rows, then the fills.  Raises StoreError.
+        """Dead letters, gaps, empty-batch ledger rows, the rows slice by slice, then the fills.
 
-        Rows the store refuses (StoreContentError) do not raise: the batches
-        responsible are found and dead-lettered (_isolate), the rest lands.
-        Safe to run for several prepared flushes at once on different threads;
-        settle() them afterwards on one thread, in the order they were prepared.
+        Raises StoreError; the slices sent before it stay (their batches are in the
+        ledger, and their messages are marked landed: a retry skips them).  Rows the
+        store refuses (StoreContentError) do not raise: the batches responsible are
+        found and dead-lettered (_isolate), the rest lands.  Safe to run for several
+        prepared flushes at once on different threads; settle() them afterwards on
+        one thread, in the order they were prepared.
         """
         t_insert = time.monotonic()
         result = prep.result
@@ -324,31 +356,67 @@ class BatchWriter:
             self._insert_gaps(result.gaps)
         if prep.empty:
             self._insert_empty(prep.empty)
-        if prep.columns is not None and result.rows:
-            try:
-                self._insert_rows(prep.columns, result.rows, prep.block)
-            except StoreContentError as exc:
-                self._isolate(prep, exc)
+        for lo, hi in slice_bounds([b.rows for _, b in prep.loaded], self.slice_rows):
+            self._insert_slice(prep, prep.loaded[lo:hi])
         if prep.fills:  # after the rows: a fill says the batch is in the ledger
             self._insert_fills(prep.fills)
-        # the rows landed: free their columns now, not when the flush is settled (in order)
-        prep.columns = None
-        prep.block = None
         result.filled = sum(1 for f in prep.fills if _fill_identity(f) in prep.identities)
         result.insert_seconds = time.monotonic() - t_insert
         return result
 
-    def _isolate(self, prep: PreparedFlush, exc: StoreContentError) -> None:
-        """The store refused the group's rows: load them in halves, dead-letter the refused batches.
+    def _insert_slice(self, prep: PreparedFlush, part: list[tuple[Incoming, ScannedBatch]]) -> None:
+        """Decode, serialize and insert the rows of some consecutive batches (one INSERT), then free them."""
+        result = prep.result
+        group, bad = decode_all([b for _, b in part])
+        if bad:  # values _value_errors let through: the decoder is the authority
+            self._refuse(prep, [(*part[i], part[i][1].rows, reason) for i, reason in sorted(bad.items())])
+            part = [x for i, x in enumerate(part) if i not in bad]
+        if not part:
+            return
+        columns, rows = prepare(group)
+        del group
+        batch_rows = [b.rows for _, b in part]
+        if prep.presence:  # a cluster: only the rows missing from their shards
+            columns, batch_rows = self._unloaded(columns, part, batch_rows, prep.presence)
+            for (_, b), n in zip(part, batch_rows, strict=True):
+                result.rows -= b.rows - n
+                if not n:  # every shard has it already
+                    result.duplicates += 1
+                    result.batches -= 1
+                    prep.identities.discard(b.identity)
+            kept = [(x, n) for x, n in zip(part, batch_rows, strict=True) if n]
+            part, batch_rows = [x for x, _ in kept], [n for _, n in kept]
+            rows = sum(batch_rows)
+        refused: set[int] = set()
+        if rows:
+            block = self._native_block(columns, rows) if len(self.store.shard_stores()) == 1 else None
+            try:
+                self._insert_rows(columns, rows, block)
+            except StoreContentError as exc:
+                refused = self._isolate(prep, columns, part, batch_rows, exc)
+            del block
+        del columns
+        for i, (item, _) in enumerate(part):
+            if i not in refused:
+                item.release()
 
-        Every half is its own INSERT (one block); the ledger written with it keeps a
-        retry after a connection error from loading a half twice.  A refused batch
-        gets a dead letter with the store's reason and, unless it arrived late inside
-        a gap, a gap of its own (its sequence is taken as seen).  Mutates `prep`.
+    def _isolate(
+        self,
+        prep: PreparedFlush,
+        columns: Prepared,
+        loaded: list[tuple[Incoming, ScannedBatch]],
+        batch_rows: list[int],
+        exc: StoreContentError,
+    ) -> set[int]:
+        """The store refused a slice's rows: load them in halves, dead-letter the refused batches.
+
+        `columns` holds the rows of the batches `loaded`, `batch_rows` each.  Every
+        half is its own INSERT (one block); the ledger written with it keeps a retry
+        after a connection error from loading a half twice.  A refused batch gets a
+        dead letter with the store's reason and, unless it arrived late inside a gap,
+        a gap of its own (its sequence is taken as seen).  Mutates `prep`; returns
+        the indexes (into `loaded`) of the refused batches.
         """
-        assert prep.columns is not None
-        loaded = prep.loaded
-        batch_rows = prep.batch_rows or [b.rows for _, b in loaded]
         log.warning(
             "the store refused the rows of %d batches (%s); loading them in halves to find the ones responsible",
             len(loaded),
@@ -357,7 +425,7 @@ class BatchWriter:
         # a block refused after part of it was written (a failing view, another shard) may be
         # in the ledger: only rows not there yet are sent again
         presence = self._ledger_presence([b.identity for _, b in loaded])
-        columns, batch_rows = self._unloaded(prep.columns, loaded, batch_rows, presence)
+        columns, batch_rows = self._unloaded(columns, loaded, batch_rows, presence)
         offsets = np.concatenate([[0], np.cumsum(batch_rows)]).astype(np.int64)
         todo = [i for i, n in enumerate(batch_rows) if n]
         refused: dict[int, str] = {}
@@ -378,24 +446,32 @@ class BatchWriter:
 
         if todo:
             land(todo, not presence, str(exc))
+        self._refuse(
+            prep,
+            [(*loaded[i], batch_rows[i], f"refused by the store: {reason}") for i, reason in sorted(refused.items())],
+        )
+        return set(refused)
+
+    def _refuse(self, prep: PreparedFlush, refused: list[tuple[Incoming, ScannedBatch, int, str]]) -> None:
+        """Batches not loaded (item, batch, its rows counted in the result, reason): dead letters, own gaps."""
+        if not refused:
+            return
         result = prep.result
         dead: list[tuple[Incoming, str]] = []
         gaps: list[Gap] = []
-        for i, reason in sorted(refused.items()):
-            item, b = loaded[i]
-            dead.append((item, f"refused by the store: {reason}"))
-            result.rows -= batch_rows[i]
+        for item, b, rows, reason in refused:
+            dead.append((item, reason))
+            result.rows -= rows
             result.batches -= 1
             prep.identities.discard(b.identity)
             if b.identity not in prep.behind:
                 h = b.header
                 seq = int(h.sequence)
                 gaps.append(Gap(h.host, int(h.run_id), h.pop, seq, seq, int(h.poll_start_ns // 1_000_000_000)))
-        refused_ids = {loaded[i][1].identity for i in refused}
+        refused_ids = {b.identity for _, b, _, _ in refused}
         prep.fills = [f for f in prep.fills if _fill_identity(f) not in refused_ids]
-        if dead:
-            self._insert_dead_letters(dead)
-            result.dead_letters += dead
+        self._insert_dead_letters(dead)
+        result.dead_letters += dead
         if gaps:
             self._insert_gaps(gaps)
             result.gaps += gaps
@@ -602,6 +678,81 @@ class BatchWriter:
             store.bulk_insert(TABLE, prepared, rows, block)
         else:
             store.insert_columns(TABLE, to_insert_columns(prepared))
+
+
+def slice_bounds(batch_rows: Sequence[int], limit: int) -> list[tuple[int, int]]:
+    """[lo, hi) ranges of consecutive batches with at most `limit` rows each, of about equal rows.
+
+    A batch of more than `limit` rows goes alone.  Pure.
+    """
+    total = sum(batch_rows)
+    if not batch_rows:
+        return []
+    if total <= limit:
+        return [(0, len(batch_rows))]
+    ends = np.cumsum(np.asarray(batch_rows, dtype=np.int64))
+    k = -(-total // limit)
+    while True:
+        # cut at the batch boundary nearest to each j * total / k
+        targets = np.arange(1, k, dtype=np.float64) * (total / k)
+        after = np.searchsorted(ends, targets)  # the batch holding each target
+        nearer_before = (after > 0) & (targets - np.where(after > 0, ends[after - 1], 0) <= ends[after] - targets)
+        cuts = np.unique(np.where(nearer_before, after, after + 1))
+        cuts = cuts[(cuts > 0) & (cuts < len(batch_rows))]
+        bounds = list(zip([0, *cuts.tolist()], [*cuts.tolist(), len(batch_rows)], strict=True))
+        starts = np.concatenate([[0], ends])
+        if all(starts[hi] - starts[lo] <= limit or hi - lo == 1 for lo, hi in bounds) or k >= len(batch_rows):
+            break
+        k += 1
+    return _split_over(bounds, starts, limit)
+
+
+def _split_over(bounds: list[tuple[int, int]], starts: np.ndarray, limit: int) -> list[tuple[int, int]]:
+    """`bounds` with every range over `limit` rows (of more than one batch) cut greedily."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in bounds:
+        first = lo
+        for i in range(lo + 1, hi):
+            if starts[i + 1] - starts[first] > limit:
+                out.append((first, i))
+                first = i
+        out.append((first, hi))
+    return out
+
+
+_CC_INDEX, _PREFIX_LEN = "cc_index", "client_prefix_len"
+_CHECKED = [(COLUMNS.index(name), name, COLUMN_DTYPES[name]) for name in (_CC_INDEX, _PREFIX_LEN)]
+
+
+def _value_errors(batches: Sequence[ScannedBatch]) -> dict[int, str]:
+    """{index: reason} of the batches whose values decode_group refuses: cc_index, client_prefix_len.
+
+    Read from those two columns alone (the rows are decoded later, slice by slice), with the
+    decoder's reasons; decode_all on each slice stays the authority (insert(): what it still
+    refuses is dead-lettered there).
+    """
+    bad: dict[int, str] = {}
+    for i, b in enumerate(batches):
+        if not b.rows:
+            continue
+        top: dict[str, int] = {}
+        for k, name, dtype in _CHECKED:
+            if b.spans is None:
+                values = b.columns[name] if b.columns is not None else None
+            else:
+                start, end = (int(x) for x in b.spans[k])
+                fits = end - start == b.rows * dtype.itemsize
+                values = np.frombuffer(b.data, dtype=dtype, count=b.rows, offset=start) if fits else None
+            if values is None or not len(values):
+                break  # the decoder reports it
+            top[name] = int(values.max())
+        else:
+            names = len(b.header.cc_names)
+            if top[_CC_INDEX] >= names:
+                bad[i] = f"cc_index {top[_CC_INDEX]} outside cc_names ({names} names)"
+            elif top[_PREFIX_LEN] > MAX_PREFIX_LEN:
+                bad[i] = f"client_prefix_len {top[_PREFIX_LEN]} > {MAX_PREFIX_LEN}"
+    return bad
 
 
 def _take_rows(columns: Prepared, offsets: np.ndarray, batches: list[int]) -> tuple[Prepared, int]:

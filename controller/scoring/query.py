@@ -3,12 +3,13 @@
 The SQL does the heavy part inside ClickHouse 18.16 / chDB.  Per round:
   1. refresh: per (pop, bucket) sample counts in the source (the 5-minute rollup,
      or raw tcpinfo when the bucket / qualifying threshold differ from the
-     rollup's) are compared with the scoring_buckets cache; buckets that are new
+     rollup's) are compared with the scoring_cache cache; buckets that are new
      or changed get their per-prefix statistics recomputed into the cache (only
      the newest bucket or two in steady state: merging millions of quantile
-     states every round is what makes a full rescore slow).  Only the newest
-     RECHECK_BUCKETS buckets are re-checked against the source each round;
-     data arriving later than that for an older bucket is not seen;
+     states every round is what makes a full rescore slow).  The newest
+     RECHECK_BUCKETS buckets are re-checked against the source each round, and
+     one slice of RECHECK_BUCKETS older ones in turn, so late data for any bucket
+     of the window is folded in within a few rounds;
   2. score: thresholds per (pop, bucket), bad/good, duty cycle and flap ratio per
      prefix from the cache (scoring_timeline.sql, scoring_prefixes.sql: per prefix two
      bitmasks of its counted and bad buckets, the flaps counted from them in
@@ -27,8 +28,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("dyncc.scoring")
 
+T = TypeVar("T")
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 REFRESH_CHUNK = 4  # (pop, bucket)s per cache INSERT
 RECHECK_BUCKETS = 6  # the newest buckets compared with the source every round (late data)
@@ -121,11 +125,12 @@ def _to_datetime(value: Any) -> dt.datetime:
 
 
 def refresh(store: Store, cfg: ScoringSettings, window: Window, pop: str, version: int) -> list[CacheKey]:
-    """Bring the scoring_buckets cache up to date for the window; return the current keys.
+    """Bring the scoring_cache cache up to date for the window; return the current keys.
 
     The newest `RECHECK_BUCKETS` buckets are compared with the source every round
-    (late data); older ones are taken from the cache once computed, and the whole
-    window is checked only while some bucket of it was never looked at.
+    (late data), and one slice of the older ones in turn (`older_slice`): a late batch for an
+    older bucket of the window is folded in within a few rounds, never lost.  The whole window
+    is checked while some bucket of it was never looked at.
     """
     p = {**base_params(cfg, window, pop), "version": version}
     cached: dict[tuple[str, int], tuple[int, int]] = {}
@@ -141,14 +146,16 @@ def refresh(store: Store, cfg: ScoringSettings, window: Window, pop: str, versio
         for i in range(window.buckets - RECHECK_BUCKETS)
     )
     fresh_sql = strip_comments(query(f"scoring_fresh_{_kind(cfg)}"))
-    check_start = max(recheck_start, window.start) if complete else window.start
-    fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, {**p, "start": check_start})}
+    checked = [(max(recheck_start, window.start), window.end)] if complete else [(window.start, window.end)]
+    if complete:  # and one older slice per round, in turn: late data far behind is folded in too
+        checked.append(older_slice(window, cfg.bucket_seconds))
+    fresh = {(r[0], r[1]): r[2] for a, b in checked for r in _counts(store, fresh_sql, {**p, "start": a, "end": b})}
     if complete and {k[0] for k in fresh} - pops_known:  # a new POP: check its whole window
-        complete, check_start = False, window.start
+        complete, checked = False, [(window.start, window.end)]
         fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, p)}
-    check_from = epoch_seconds(check_start)
+    spans = [(epoch_seconds(a), epoch_seconds(b)) for a, b in checked]
     for key, (_, samples) in cached.items():  # buckets that vanished from the source: empty now
-        if key[1] >= check_from and key not in fresh and samples:
+        if any(a <= key[1] < b for a, b in spans) and key not in fresh and samples:
             fresh[key] = 0
     if not complete:  # remember the empty buckets too, so the full check is not repeated
         for p_ in pops_known | {k[0] for k in fresh}:
@@ -161,13 +168,42 @@ def refresh(store: Store, cfg: ScoringSettings, window: Window, pop: str, versio
         with_data = [k for k in chunk if fresh[k]]
         if with_data:  # a few buckets per INSERT bound the memory of merging their states
             keys = values_list(with_data)  # at most REFRESH_CHUNK tuples
-            store.execute(splice(insert, {"source": splice(source, {"keys": keys})}), p)
+            sql = splice(insert, {"source": splice(source, {"keys": keys})})
+            on_every_shard(store, lambda shard: shard.execute(sql, p))  # noqa: B023 - called at once
         _record_versions(store, cfg, chunk, version, [fresh[k] for k in chunk])
     if stale:
         log.debug("scoring cache: recomputed %d (pop, bucket)s", len(stale))
     current = {k: v for k, (v, n) in cached.items() if n}
     current.update({k: version for k in stale if fresh[k]})
     return sorted((CacheKey(k[0], k[1], v) for k, v in current.items()), key=lambda k: (k.pop, k.bucket_ts))
+
+
+def older_slice(window: Window, bucket_seconds: int) -> tuple[dt.datetime, dt.datetime]:
+    """The older buckets a round re-checks besides the newest RECHECK_BUCKETS: the window's
+    buckets before those, in slices of RECHECK_BUCKETS taken in turn by the bucket number of the
+    window's end, so every bucket of the window is compared with the source at least once every
+    ceil((buckets - RECHECK_BUCKETS) / RECHECK_BUCKETS) rounds."""
+    older = max(0, window.buckets - RECHECK_BUCKETS)
+    if older == 0:
+        return window.start, window.start
+    slices = -(-older // RECHECK_BUCKETS)
+    turn = (epoch_seconds(window.end) // bucket_seconds) % slices
+    start = window.start + dt.timedelta(seconds=turn * RECHECK_BUCKETS * bucket_seconds)
+    end = min(
+        start + dt.timedelta(seconds=RECHECK_BUCKETS * bucket_seconds),
+        window.start + dt.timedelta(seconds=older * bucket_seconds),
+    )
+    return start, end
+
+
+def on_every_shard(store: Store, op: Callable[[Store], T]) -> list[T]:
+    """op on each shard's store (its own rows), at the same time on a cluster; on one server, op on
+    the store itself."""
+    shards = store.shard_stores()
+    if len(shards) == 1:
+        return [op(shards[0])]
+    with ThreadPoolExecutor(max_workers=len(shards)) as pool:
+        return list(pool.map(op, shards))
 
 
 def _record_versions(
@@ -237,13 +273,16 @@ def prefix_timeline(
 
 
 def drop_old_cache(store: Store, window: Window, keep_days: int = 2) -> None:
-    """Drop scoring_buckets partitions (days) older than the window minus keep_days."""
+    """Drop scoring_cache partitions (days) older than the window minus keep_days, on every shard."""
     cutoff = (window.start - dt.timedelta(days=keep_days)).strftime("%Y%m%d")
-    rows = store.query_rows(query("scoring_cache_partitions"), {"db": store.database})
-    for (partition,) in rows:
-        text = str(partition).strip("'")
-        if text.isdigit() and text < cutoff:
-            store.execute(query("scoring_drop_cache_partition"), {"partition": int(text)})
+
+    def drop(shard: Store) -> None:
+        for (partition,) in shard.query_rows(query("scoring_cache_partitions"), {"db": shard.database}):
+            text = str(partition).strip("'")
+            if text.isdigit() and text < cutoff:
+                shard.execute(query("scoring_drop_cache_partition"), {"partition": int(text)})
+
+    on_every_shard(store, drop)
 
 
 SCORE_COLUMNS: dict[str, str] = {

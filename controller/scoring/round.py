@@ -42,8 +42,17 @@ from controller.scoring.decide import (
 )
 from controller.scoring.desired import DesiredEntry, DesiredState
 from controller.scoring.frames import pop_bounds, sort_key, sorting, texts
+from controller.scoring.incremental import drop_old_state, score_incrementally
 from controller.scoring.pins import load_pins
-from controller.scoring.query import Window, drop_old_cache, epoch_seconds, refresh, score_prefixes, window_for
+from controller.scoring.query import (
+    Window,
+    drop_old_cache,
+    epoch_seconds,
+    packs_masks,
+    refresh,
+    score_prefixes,
+    window_for,
+)
 from controller.scoring.round_settings import (
     deny_change,
     deny_text,
@@ -181,7 +190,7 @@ def run_round(
     cap and the number of pins, and a change from the previous round's list is logged.
     The pins in force (controller/scoring/pins.py) are read and held (decision `pin`).
     Not a dry run: the selections rows, a round_settings row (cfg, evidence, expire_seconds)
-    and a `recorded` round_outcomes row per POP are written.  The scoring_buckets cache is
+    and a `recorded` round_outcomes row per POP are written.  The scoring_cache cache is
     refreshed even in a dry run (derived data).
     """
     started = time.perf_counter()
@@ -198,7 +207,11 @@ def run_round(
     keys = refresh(store, cfg, window, pop, round_time_ns)
     timings["refresh"] = time.perf_counter() - t
     t = time.perf_counter()
-    scores = score_prefixes(store, cfg, window, pop, keys)
+    if cfg.incremental and packs_masks(window):
+        scores = score_incrementally(store, cfg, window, pop, keys, round_time_ns)
+        drop_old_state(store, cfg)
+    else:
+        scores = score_prefixes(store, cfg, window, pop, keys)
     timings["score"] = time.perf_counter() - t
     t = time.perf_counter()
     previous = load_previous(store, pop, now, include_recorded=not publishing)

@@ -61,6 +61,10 @@ class ScoringSettings(Settings):
         flag="--min-bucket-samples",
     )  # fmt: skip
     threshold_quantile: float = setting(0.2, FLOAT, "per-bucket bad threshold quantile", section=SCORING)
+    incremental: bool = setting(
+        True, BOOL, "score from the per-prefix state kept between rounds (a round reads the buckets that "
+        "changed); off: re-read the whole window every round (windows over 64 buckets always do)", section=SCORING,
+    )  # fmt: skip
     min_buckets: int = setting(12, INT, "counted buckets needed to be scored", section=SCORING)
     min_duty: float = setting(0.6, FLOAT, "share of counted buckets a prefix must be bad in", section=SCORING)
     max_flap: float = setting(0.3, FLOAT, "most good/bad changes between buckets, as a share", section=SCORING)
@@ -93,7 +97,7 @@ class ScoringSettings(Settings):
 
     @property
     def source(self) -> str:
-        """Names the statistics' definition in the scoring_buckets cache.
+        """Names the statistics' definition in the scoring_cache cache.
 
         With include_app_limited it is the name the definition had before app-limited samples
         were left out (the cache then written still serves it); without, ":nal" is added.

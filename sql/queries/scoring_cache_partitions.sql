@@ -1,2 +1,2 @@
--- The active partitions (days) of the scoring_buckets cache in database %(db)s.
-SELECT DISTINCT partition FROM system.parts WHERE database = %(db)s AND table = 'scoring_buckets' AND active
+-- The active partitions (days) of the scoring_cache cache in database %(db)s.
+SELECT DISTINCT partition FROM system.parts WHERE database = %(db)s AND table = 'scoring_cache' AND active

@@ -1,4 +1,4 @@
--- The versions the scoring_buckets cache holds for [start, end), with the source's
+-- The versions the scoring_cache cache holds for [start, end), with the source's
 -- sample count each was computed from; the newest version of a (pop, bucket) is current.
 -- Parameters: %(source)s, %(pop)s ('' = every POP), %(start)s, %(end)s.
 SELECT pop, bucket, version, samples

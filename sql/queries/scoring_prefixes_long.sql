@@ -6,7 +6,8 @@
 --   duty_cycle = bad / counted buckets
 --   flap_ratio = bad<->good changes between consecutive counted buckets / (counted - 1)
 --   median_delivery_rate, low_delivery_rate, median_min_rtt_ms = the per-bucket median
---     delivery_rate, 10th percentile delivery_rate and median min_rtt, averaged over
+--     delivery_rate, 10th percentile delivery_rate (floored to whole bytes/s: the incremental
+--     state, sql/queries/scoring_state_*.sql, adds integers exactly) and median min_rtt, averaged over
 --     the counted buckets (averages: a median across buckets costs more than the rest
 --     of the query together at 200k prefixes)
 --   low_rtt_buckets = counted buckets whose median min_rtt < %(min_rtt_us)s µs; more
@@ -42,8 +43,8 @@ FROM
         -- bucket and bad packed in one number: one numeric sort orders the timeline
         arrayMap(c -> c % 2, arraySort(groupArrayIf(toUInt64(toUInt32(bucket)) * 2 + bad, counted)))
             AS flags,
-        if(counted_buckets > 0, sumIf(stat, counted) / counted_buckets, nan) AS median_delivery_rate,
-        if(counted_buckets > 0, sumIf(low, counted) / counted_buckets, nan) AS low_delivery_rate,
+        if(counted_buckets > 0, sumIf(floor(stat), counted) / counted_buckets, nan) AS median_delivery_rate,
+        if(counted_buckets > 0, sumIf(floor(low), counted) / counted_buckets, nan) AS low_delivery_rate,
         if(counted_buckets > 0, sumIf(rtt, counted) / counted_buckets / 1000., nan) AS median_min_rtt_ms,
         toUInt32(sumIf(rtt < %(min_rtt_us)s, counted)) AS low_rtt_buckets
     FROM ({{timeline}})

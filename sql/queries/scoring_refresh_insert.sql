@@ -1,4 +1,4 @@
--- (Re)compute the per-prefix statistics of the given (pop, bucket)s into the scoring_buckets
+-- (Re)compute the per-prefix statistics of the given (pop, bucket)s into the scoring_cache
 -- cache, tagged with %(version)s.  {{source}} is scoring_refresh_rollup.sql (the 5-minute rollup)
 -- or scoring_refresh_raw.sql (raw tcpinfo, other bucket / threshold), spliced in by
 -- controller/scoring/query.py; both give one row per (pop, bucket, prefix) whatever socket
@@ -7,7 +7,7 @@
 --   rtt = median min_rtt (µs) of them, floored: ClickHouse 18.16 returns quantiles of UInt32
 --   as UInt32, newer servers as Float64.
 -- Parameters: %(source)s, %(version)s and those of the source.
-INSERT INTO scoring_buckets
+INSERT INTO scoring_cache
     (pop, source, bucket, version, prefix, family, samples, qualifying, stat, low, rtt)
 SELECT
     pop,

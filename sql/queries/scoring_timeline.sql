@@ -1,4 +1,4 @@
--- Per (pop, bucket, prefix) over the lookback window, from the scoring_buckets cache:
+-- Per (pop, bucket, prefix) over the lookback window, from the scoring_cache cache:
 --   counted   = qualifying samples >= %(min_samples)s
 --   stat      = median delivery_rate of qualifying flows (bytes/s)
 --   threshold = quantileExact(%(threshold_quantile)s) of stat over the prefixes
@@ -39,7 +39,7 @@ FROM
         low,
         rtt,
         cityHash64(pop, toUInt32(bucket)) AS pop_bucket
-    FROM scoring_buckets
+    FROM scoring_cache
     WHERE source = %(source)s
       AND (%(pop)s = '' OR pop = %(pop)s)
       AND bucket >= %(start)s AND bucket < %(end)s
@@ -54,7 +54,7 @@ ANY LEFT JOIN
     SELECT
         cityHash64(pop, toUInt32(bucket)) AS pop_bucket,
         quantileExactIf(%(threshold_quantile)s)(stat, qualifying >= %(min_samples)s) AS threshold
-    FROM scoring_buckets
+    FROM scoring_cache
     WHERE source = %(source)s
       AND (%(pop)s = '' OR pop = %(pop)s)
       AND bucket >= %(start)s AND bucket < %(end)s

@@ -227,6 +227,10 @@ ADDED_SINCE = (
         "control --trial-min-blocks: a new option",
         "control --trial-block-rounds: a new option",
         "control --trial-at-limit: a new option",
+        # incremental scoring and the lean loader (issue 27)
+        "control --incremental: a new option",
+        "control explain --incremental: a new option",
+        "ingest --slice-rows: a new option",
         "control --trial-max-rounds: a new option",
         "lab --trial-blocks: a new option",
         "demo --round-seconds: default 20 -> 15",

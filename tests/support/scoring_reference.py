@@ -118,8 +118,8 @@ def reference_scores(samples: pd.DataFrame, cfg: ScoringSettings, window: Window
                 "transitions": transitions,
                 "duty_cycle": bad / counted if counted else 0.0,
                 "flap_ratio": transitions / (counted - 1) if counted > 1 else 0.0,
-                "median_delivery_rate": c["stat"].mean() if counted else math.nan,
-                "low_delivery_rate": c["low"].mean() if counted else math.nan,
+                "median_delivery_rate": np.floor(c["stat"]).mean() if counted else math.nan,
+                "low_delivery_rate": np.floor(c["low"]).mean() if counted else math.nan,
                 "median_min_rtt_ms": c["rtt"].mean() / 1000.0 if counted else math.nan,
                 "low_rtt_buckets": int((c["rtt"] < cfg.min_rtt_ms * 1000.0).sum()),
             }

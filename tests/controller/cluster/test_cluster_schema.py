@@ -17,10 +17,21 @@ from controller.store.topology import SHARDING_KEY, shard_database
 from tests.support.cluster_util import cluster_node, node_tables
 
 ROOT = Path(__file__).resolve().parents[3]
-SHARDED = frozenset({"tcpinfo", "tcpinfo_5m", "tcpinfo_5m_nal", "ingest_batches", "http_requests", "http_log_ledger"})
+SHARDED = frozenset(
+    {
+        "tcpinfo",
+        "tcpinfo_5m",
+        "tcpinfo_5m_nal",
+        "ingest_batches",
+        "http_requests",
+        "http_log_ledger",
+        "scoring_cache",
+        "scoring_state",
+    }
+)
 
 
-def test_sharded_tables_are_the_telemetry_its_rollup_the_requests_and_the_ledgers() -> None:
+def test_sharded_tables_are_the_telemetry_its_rollup_the_requests_the_ledgers_and_the_scoring_state() -> None:
     assert sharded_tables(m.text for m in migrations()) == SHARDED
     tcpinfo = next(m.text for m in migrations() if m.version == 1)
     assert tcpinfo.count(f"{{{{sharded({SHARDING_KEY})}}}}") == 2  # the loader routes by the same key
@@ -108,7 +119,8 @@ def test_schema_apply_twice_every_node_has_every_table(cluster_db_url: str) -> N
             "round_settings",
             "config_versions",
             "schema_migrations",
-            "scoring_buckets",
+            "scoring_versions",
+            "scoring_state_keys",
         )
         for name in (*replicated, "http_log_progress"):
             assert engines[(db, name)].startswith("Replicated")

@@ -25,6 +25,7 @@ import pytest
 
 from controller.store import ClusterStore, open_store
 from controller.store.migrate import apply_migrations
+from controller.store.topology import shard_database
 from dyncc.cli import main as dyncc_main
 from tests.conftest import CLUSTER_URL, clickhouse_url_for, cluster_url_for, drop_cluster_database, unique_name
 from tests.support import cluster_scoring_util as cs
@@ -84,8 +85,9 @@ def without_footer(page: str) -> str:
 
 
 def old_cache_rows(url: str) -> list[int]:
-    """Rows of the scenario's day in scoring_buckets: per node on a cluster, else one number."""
-    sql = "SELECT count() FROM scoring_buckets WHERE bucket < toDateTime('2024-03-02 00:00:00')"
+    """Rows of the scenario's day in scoring_cache: per node on a cluster (its shard's rows, in the
+    shard database), else one number."""
+    sql = "SELECT count() FROM scoring_cache WHERE bucket < toDateTime('2024-03-02 00:00:00')"
     store = open_store(url)
     try:
         if not isinstance(store, ClusterStore):
@@ -93,7 +95,7 @@ def old_cache_rows(url: str) -> list[int]:
         cs.sync_replicas(url)
         counts = []
         for replica in store.topology().nodes():
-            node = store.node_store(replica, store.database)
+            node = store.node_store(replica, shard_database(store.database))
             try:
                 counts.append(int(node.query_rows(sql)[0][0]))
             finally:
@@ -217,8 +219,10 @@ def test_old_cache_partitions_dropped_on_every_node(scenario: Scenario) -> None:
     before_after = scenario.old_cache_rows
     assert len(before_after["cluster"]) == 8  # four nodes, before and after
     assert min(before_after["cluster"][:4]) > 0 and before_after["cluster"][4:] == [0, 0, 0, 0]
+    # sharded: each node holds its shard's part, twice over (two replicas per shard)
+    assert sum(before_after["cluster"][:4]) == 2 * before_after["single"][0]
     for name in ("single", "chdb"):
-        assert before_after[name] == [before_after["cluster"][0], 0]
+        assert before_after[name] == [before_after["single"][0], 0]
 
 
 def test_report_with_configs_and_raw_buckets_is_the_same(

@@ -36,6 +36,11 @@ ADDED = ["203.0.113.0/24", "2001:db8:0:200::/56"]
 D2 = D1 + ADDED
 
 
+# long enough that the round after the canary's report still finds it soaking when the machine is
+# loaded (with 1 s a slow round once saw the soak over and promoted at once)
+SOAK, SOAK_SECONDS = "3s", 3.0
+
+
 class Env:
     def __init__(self, store: Store, store_url: str, brokers: str, topic: str, tmp_path: Path) -> None:
         self.store, self.store_url, self.brokers = store, store_url, brokers
@@ -58,7 +63,7 @@ class Env:
                 "--canary-hosts",
                 "lax:edge-1",
                 "--soak",
-                "1s",
+                SOAK,
                 "--wave-timeout",
                 "60s",
                 "--baseline",
@@ -157,7 +162,7 @@ def test_canary_passes_gates_and_is_promoted_after_soak(env: Env) -> None:
     assert env.state().phase == "canary"  # applied, soaking
     applied_ns = time.time_ns()
     _tcpinfo(env.store, "edge-1", ADDED, applied_ns, 10**6, _p10_rates(rng, 10.2e6))
-    time.sleep(1.2)
+    time.sleep(SOAK_SECONDS + 0.2)
     env.round(D2)
     state = env.state()
     assert (state.phase, state.event, state.wave_version) == ("rest", "promote", 3)
@@ -222,7 +227,7 @@ def test_canary_p10_regression_is_rolled_back(env: Env) -> None:
     env.round(D2)
     assert env.state().phase == "canary"
     _tcpinfo(env.store, "edge-1", ADDED, time.time_ns(), 10**6, _p10_rates(rng, 6e6))
-    time.sleep(1.2)
+    time.sleep(SOAK_SECONDS + 0.2)
     env.round(D2)
     state = env.state()
     assert (state.phase, state.event, state.stable_version) == ("idle", "rollback", 3)

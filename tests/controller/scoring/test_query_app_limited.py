@@ -149,7 +149,8 @@ def test_migration_009_on_a_store_with_telemetry(store_url: str) -> None:
     statement of 009 runs again without changing anything."""
     store = open_store(store_url)
     try:
-        before = [m for m in migrations() if m.version < 9]
+        # the scoring cache of today's code (013) with the telemetry tables of before 009
+        before = [m for m in migrations() if m.version < 9 or m.version == 13]
         apply_migrations(store, before)
         included = replace(CFG, include_app_limited=True)
         load(store, CFG)

@@ -248,13 +248,10 @@ def test_migration_006_repairs_stored_data(store_url: str) -> None:
             "decision": ["skip"] * 3,
         }
         store.insert_columns("selections", old_round)
-        # before 006 the stale cache is current for the scoring (same sample counts): split halves
-        keys = refresh(store, old, window, "pop1", 2)
-        stale = score_prefixes(store, old, window, "pop1", keys)
-        assert row_of(stale, DUAL_SPLIT)["counted_buckets"] == 0
-        assert row_of(stale, DUAL_BOTH)["counted_buckets"] == 2 * window.buckets
-
+        # the cache of that code (scoring_buckets, one row per socket family) goes with 013
+        assert int(store.query_rows("SELECT count() FROM scoring_buckets")[0][0]) > 0
         assert 6 in apply_migrations(store).applied
+        assert not store.table_exists("scoring_buckets")
         wait_mutations(store, "selections")
         keys = refresh(store, old, window, "pop1", 3)
         assert_one_client_network(score_prefixes(store, old, window, "pop1", keys), window)

@@ -2,18 +2,24 @@
 
     python bench/cluster_scoring.py [--sizes 200000,1000000] [--runs 3] [--samples 6]
         [--cluster URL] [--clickhouse URL] [--stack-dir DIR] [--server-pid-file FILE]
-        [--targets server,cluster] [--fill copy|compute] [--max-memory BYTES] [--keep] [--db-prefix P] [--lock FILE]
+        [--targets server,cluster] [--fill copy|compute] [--kept-cache] [--max-memory BYTES] [--keep]
+        [--db-prefix P] [--lock FILE]
 
 Per size and target (one server = the reference, then the cluster), in a fresh database:
-  fill   tcpinfo_5m gets N prefixes x (36 + runs) five-minute buckets: the first by INSERT ...
-         SELECT ...State(...) FROM numbers() (bench/scoring.py's fill, shared; on the cluster into the
-         Distributed table, which sends each shard its rows), the others copies of it made on
-         each shard (--fill copy; the two shards in parallel), or each computed like the first
-         (--fill compute: several times slower; see docs/performance.md); then every replica is
-         synced (SYSTEM SYNC REPLICA).  Copies make every bucket alike, which costs the
-         scoring the same: it merges and ranks as many states either way;
+  fill   tcpinfo_5m_nal (the default scoring's source) gets N prefixes x (36 + runs) five-minute
+         buckets: the first by INSERT ... SELECT ...State(...) FROM numbers() (bench/scoring.py's
+         fill, shared; on the cluster into the Distributed table, which sends each shard its
+         rows), the others copies of it made on each shard (--fill copy; the two shards in
+         parallel), or each computed like the first (--fill compute: several times slower; see
+         docs/performance.md); then every replica is synced (SYSTEM SYNC REPLICA).  Copies make
+         every bucket alike, which costs the scoring the same: it merges and ranks as many
+         states either way;
   cold   the first run_round: the cache is computed from all 36 buckets, then score, decide
          and write every prefix to selections;
+         --kept-cache: the cache is filled before it instead, as a loader's keeper
+         (`dyncc ingest --cache-every`) leaves it: the first bucket computed, its rows copied to
+         the others (not timed); the first round then builds its state from the kept cache (what
+         a new controller on a store with data costs), without the 36-bucket merge;
   round  `runs` more run_rounds 5 minutes apart: each merges one new bucket into the cache,
          scores 36 buckets, decides against the previous state and writes (what every
          controller round costs).  Medians and ranges over these.
@@ -50,8 +56,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cluster_ingest import cpu_seconds
 from bench.scoring import fill, peak_rss_mib, reset_peak_rss, timed_section
+from controller.scoring.query import window_for
 from controller.scoring.round import RoundResult, run_round
 from controller.scoring.settings import ScoringSettings
+from controller.statistics import cache
+from controller.statistics.source import Window
 from controller.store import ClickHouseStore, ClusterStore, Store, open_store
 from controller.store.migrate import apply_migrations
 from controller.store.topology import shard_database
@@ -166,6 +175,42 @@ class Run:
     cold: Step
     rounds: list[Step]
     rss_mib: float = 0.0  # peak RSS of this process over the rounds
+    kept_cache: bool = False  # the cache filled before the first round (--kept-cache)
+
+
+COPY_CACHE_SQL = """
+INSERT INTO scoring_cache
+SELECT pop, source, %(to)s AS copied_bucket, version, prefix, family, samples, qualifying, stat, low, rtt
+FROM scoring_cache
+WHERE source = %(source)s AND bucket = %(from)s
+"""
+
+
+def keep_cache(store: Store, cfg: ScoringSettings, now: dt.datetime) -> None:
+    """The cache of the window at `now` as a keeper leaves it: the first bucket computed (on every
+    shard), copied to the window's other buckets (on every shard) and their versions recorded."""
+    window = window_for(now, cfg)
+    first = Window(window.start, window.start + dt.timedelta(seconds=cfg.bucket_seconds), cfg.bucket_seconds)
+    version = time.time_ns()
+    (key,) = cache.refresh(store, cfg.cache_source, first, POP, version)
+    samples = store.query_rows(
+        "SELECT samples FROM scoring_versions WHERE source = %(source)s AND version = %(version)s",
+        {"source": cfg.source, "version": version},
+    )[0][0]
+    others = [window.start + dt.timedelta(seconds=cfg.bucket_seconds * i) for i in range(1, window.buckets)]
+
+    def copy_on(shard: Store) -> None:
+        for bucket in others:
+            shard.execute(COPY_CACHE_SQL, {"to": bucket, "from": window.start, "source": cfg.source})
+
+    cache.on_every_shard(store, copy_on)
+    cache.record_versions(
+        store,
+        cfg.cache_source,
+        [(POP, key.bucket_ts + cfg.bucket_seconds * i) for i in range(1, window.buckets)],
+        version,
+        [int(samples)] * len(others),
+    )
 
 
 def bench_target(
@@ -181,6 +226,7 @@ def bench_target(
     keep: bool,
     db_prefix: str = "bench",
     lock: str = "",
+    kept_cache: bool = False,
 ) -> Run:
     cfg = ScoringSettings()
     now = dt.datetime(2024, 3, 1, 12, 0, 10, tzinfo=dt.UTC)
@@ -198,8 +244,12 @@ def bench_target(
         last_end = now + dt.timedelta(minutes=5 * runs)
         end = dt.datetime.fromtimestamp(int(last_end.timestamp()) // 300 * 300, dt.UTC)
 
-        _, seconds, cpu = measured(meter, lambda: fill(store, size, buckets, end, samples, copy))
-        _, settle, settle_cpu = measured(meter, lambda: sync_replicas(store, ("tcpinfo_5m",)))
+        _, seconds, cpu = measured(meter, lambda: fill(store, size, buckets, end, samples, copy, both=False))
+        if kept_cache:
+            _, kept, _ = measured(meter, lambda: keep_cache(store, cfg, now))
+            print(f"  {target} {size}: cache kept (first bucket computed, copied) in {kept:.1f}s", flush=True)
+        synced = ("tcpinfo_5m_nal", "scoring_cache", "scoring_versions") if kept_cache else ("tcpinfo_5m_nal",)
+        _, settle, settle_cpu = measured(meter, lambda: sync_replicas(store, synced))
         filled = Step(seconds, cpu, settle_seconds=settle, settle_cpu=settle_cpu)
         print(
             f"  {target} {size}: filled {buckets} buckets in {seconds:.1f}s, replicas synced in {settle:.1f}s",
@@ -208,14 +258,15 @@ def bench_target(
         with timed_section(lock):
             reset_peak_rss()
             cold = a_round(store, meter, cfg, now)
-            print(f"  {target} {size}: cold round {cold.seconds:.1f}s {_phases(cold)}", flush=True)
+            first = "first round on the kept cache" if kept_cache else "cold round"
+            print(f"  {target} {size}: {first} {cold.seconds:.1f}s {_phases(cold)}", flush=True)
             rounds = []
             for i in range(1, runs + 1):
                 step = a_round(store, meter, cfg, now + dt.timedelta(minutes=5 * i))
                 rounds.append(step)
                 print(f"  {target} {size}: round {i} {step.seconds:.2f}s {_phases(step)}", flush=True)
         nodes = [n for n, p in pids.items() if p is not None]
-        return Run(target, size, buckets, nodes, filled, cold, rounds, peak_rss_mib())
+        return Run(target, size, buckets, nodes, filled, cold, rounds, peak_rss_mib(), kept_cache)
     finally:
         if not keep:
             _drop(store)
@@ -255,7 +306,8 @@ def describe(run: Run) -> list[str]:
         + ", ".join(f"{n} {fill_cpu[n]:.1f}s" for n in servers)
         + f" ({_per_million(sum(fill_cpu.values()), run.size * run.buckets):.2f} s per 1M rollup rows)"
     )
-    lines.append(f"  cold round {run.cold.seconds:.2f}s {_phases(run.cold)}")
+    first = "first round on the kept cache" if run.kept_cache else "cold round"
+    lines.append(f"  {first} {run.cold.seconds:.2f}s {_phases(run.cold)}")
     lines.append(
         f"  round {_median_range([r.seconds for r in run.rounds])}s: "
         + ", ".join(f"{k} {_median_range([r.phases[k] for r in run.rounds])}s" for k in PHASES)
@@ -345,6 +397,11 @@ def main() -> int:
         help="max_memory_usage (bytes) for the benchmark's queries; 0 = the server's (2 GiB on the test "
         "stack: a refresh of 4 buckets of 1M prefixes needs more) [default: 6 GiB]",
     )
+    ap.add_argument(
+        "--kept-cache",
+        action="store_true",
+        help="fill the scoring cache before the first round as a loader's keeper leaves it (no 36-bucket merge)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases")
     ap.add_argument(
         "--lock", default="", help="hold flock on this file over the timed rounds only (not the fill) [default: none]"
@@ -372,6 +429,7 @@ def main() -> int:
                 args.keep,
                 args.db_prefix,
                 args.lock,
+                args.kept_cache,
             )
             print("\n".join(describe(done[target])), flush=True)
         if "server" in done and "cluster" in done:

@@ -5,7 +5,7 @@
                             [--lock FILE]
 
 Per target and size, in a fresh database (the URL's {db}):
-  fill   tcpinfo_5m and tcpinfo_5m_nal (the default scoring's source) get N prefixes x (36 + 2 x runs)
+  fill   tcpinfo_5m and tcpinfo_5m_nal (the default scoring's source) get N prefixes x (36 + 3 x runs + 1)
          buckets: the first by INSERT ... SELECT
          ...State(...) FROM numbers(), the others copies of it (--fill copy, the default) or
          each computed the same way with another seed (--fill compute: slower; the scoring
@@ -18,6 +18,10 @@ Per target and size, in a fresh database (the URL's {db}):
   full   the reference, in the same run: `runs` rounds more with --no-incremental (each re-reads
          the 36 buckets of the cache), printed as the incremental round's ratio to it;
          --cold-runs N: N - 1 more cold rounds after those, the cache tables truncated first;
+  kept   the cache kept by a loader (`dyncc ingest --cache-every`, controller/statistics/keeper.py):
+         `runs` times a keeper tick (the one new bucket merged, as data arrives) and the round after
+         it (which finds the bucket computed); then a new controller (the scoring state emptied)
+         on the kept cache: what a controller started on a store with data costs;
   rebuilt one round with another --min-bucket-samples: a new scoring state built from the cache
          as it is (what a settings change costs; a restarted controller keeps its state in the
          store and its first round is a warm one);
@@ -54,6 +58,7 @@ from controller.scoring.query import refresh, score_prefixes, window_for
 from controller.scoring.round import RoundResult, run_round
 from controller.scoring.settings import ScoringSettings
 from controller.scoring.state import load_previous
+from controller.statistics.keeper import CacheKeeper
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
 from tests.support.decide_reference import reference_decide
@@ -122,19 +127,23 @@ WHERE bucket = %(source)s
 """
 
 
-def fill(store: Store, prefixes: int, buckets: int, end: dt.datetime, samples: int, copy: bool) -> float:
+def fill(
+    store: Store, prefixes: int, buckets: int, end: dt.datetime, samples: int, copy: bool, both: bool = True
+) -> float:
     """`buckets` five-minute buckets ending at `end`: each computed (FILL_SQL), or the first computed
-    and copied to the others (on a cluster shard by shard in parallel, each reading its own rows)."""
+    and copied to the others (on a cluster shard by shard in parallel, each reading its own rows).
+    both=False fills tcpinfo_5m_nal only (the default scoring's source)."""
     started = time.perf_counter()
     times = [end - dt.timedelta(minutes=5 * (buckets - i)) for i in range(buckets)]
+    fills, copies = ((FILL_SQL, FILL_NAL_SQL), (COPY_SQL, COPY_NAL_SQL)) if both else ((FILL_NAL_SQL,), (COPY_NAL_SQL,))
     for i, bucket in enumerate(times if not copy else times[:1]):
-        for sql in (FILL_SQL, FILL_NAL_SQL):
+        for sql in fills:
             store.execute(sql, {"bucket": bucket, "pop": POP, "k": samples, "rows": prefixes * samples, "salt": i})
     if copy:
 
         def copy_on(shard: Store) -> None:
             for bucket in times[1:]:
-                for sql in (COPY_SQL, COPY_NAL_SQL):
+                for sql in copies:
                     shard.execute(sql, {"to": bucket, "source": times[0]})
 
         with ThreadPoolExecutor(max_workers=len(store.shard_stores())) as pool:
@@ -195,6 +204,37 @@ def rounds(
     return colds, warm, rebuild.seconds, rss, (load_before, load_after)
 
 
+STATE_TABLES = ("scoring_state", "scoring_state_keys")
+
+
+def kept_rounds(
+    store: Store, cfg: ScoringSettings, now: dt.datetime, label: str, size: int, runs: int
+) -> tuple[list[float], list[float], float]:
+    """The cache kept by a loader (`dyncc ingest --cache-every`): per new bucket, the keeper's
+    tick, then the controller's round, which finds the bucket computed; then a new controller
+    (no scoring state) on the kept cache.  (tick seconds, round seconds, new-controller seconds)."""
+    keeper = CacheKeeper(store, cfg.cache_source, cfg.lookback_seconds)
+    ticks, after = [], []
+    for i in range(1, runs + 1):
+        when = now + dt.timedelta(minutes=5 * i)
+        tick = keeper.tick(when)
+        result = run_round(store, cfg, when, POP)
+        ticks.append(tick.seconds)
+        after.append(result.seconds)
+        print(
+            f"{label} {size}: keeper tick {tick.seconds:.2f}s ({tick.computed} computed), "
+            f"round after it {result.seconds:.2f}s [{phases(result)}]",
+            flush=True,
+        )
+    for table in STATE_TABLES:
+        store.execute(f"TRUNCATE TABLE {table}")
+    when = now + dt.timedelta(minutes=5 * (runs + 1))
+    keeper.tick(when)
+    fresh = run_round(store, cfg, when, POP)
+    print(f"{label} {size}: new controller on the kept cache {fresh.seconds:.2f}s [{phases(fresh)}]", flush=True)
+    return ticks, after, fresh.seconds
+
+
 def full_rounds(store: Store, cfg: ScoringSettings, now: dt.datetime, label: str, size: int, runs: int) -> list[float]:
     """The reference: warm rounds that re-read the whole window (--no-incremental), after the
     incremental ones, on the same data (each one bucket later, like them)."""
@@ -229,14 +269,17 @@ def bench_one(
     store = open_store(url.replace("{db}", f"bench_{uuid.uuid4().hex[:8]}"))
     try:
         apply_migrations(store)
-        end = window_for(now + dt.timedelta(minutes=5 * 2 * runs), cfg).end  # warm rounds, then the full ones
-        fill_s = fill(store, size, cfg.lookback_buckets + 2 * runs, end, samples, copy)
-        print(f"{label} {size}: filled {cfg.lookback_buckets + 2 * runs} buckets in {fill_s:.0f}s", flush=True)
+        # warm rounds, the full ones, the kept-cache ones and a new controller's
+        extra = 3 * runs + 1
+        end = window_for(now + dt.timedelta(minutes=5 * extra), cfg).end
+        fill_s = fill(store, size, cfg.lookback_buckets + extra, end, samples, copy)
+        print(f"{label} {size}: filled {cfg.lookback_buckets + extra} buckets in {fill_s:.0f}s", flush=True)
         with timed_section(lock):
             colds, warm, rebuilt, rss, loads = rounds(store, cfg, now, label, size, runs, cold_runs)
             full = full_rounds(store, cfg, now + dt.timedelta(minutes=5 * runs), label, size, runs)
+            ticks, after, fresh = kept_rounds(store, cfg, now + dt.timedelta(minutes=5 * 2 * runs), label, size, runs)
             # the reference: the replaced decision code on the next round's scores and state
-            later = now + dt.timedelta(minutes=5 * (runs + 1))
+            later = now + dt.timedelta(minutes=5 * (3 * runs + 1))
             window = window_for(later, cfg)
             keys = refresh(store, cfg, window, POP, 10**18)
             scores = score_prefixes(store, cfg, window, POP, keys)
@@ -255,6 +298,8 @@ def bench_one(
             f"state rebuilt from the cache {rebuilt:.2f}s = x{rebuilt / statistics.median(seconds):.1f} warm  "
             f"full recompute {median_range(full)}s "
             f"(incremental x{statistics.median(seconds) / statistics.median(full):.2f})  "
+            f"cache kept by the loader: keeper tick {median_range(ticks)}s per bucket, round after it "
+            f"{median_range(after)}s, new controller {fresh:.2f}s = x{fresh / statistics.median(seconds):.1f} warm  "
             f"peak RSS {rss:.0f} MiB  "
             f"decide x{(t1 - t0) / (t2 - t1):.2f} of the replaced code ({t1 - t0:.2f}s vs {t2 - t1:.2f}s)  "
             f"load {loads[0]:.1f}-{loads[1]:.1f}",

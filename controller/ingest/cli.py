@@ -10,17 +10,61 @@ Exactly-once design, tables and metrics: docs/ingest.md.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from controller.ingest.settings import IngestSettings
+from dyncc_common.errors import StoreError
+
+if TYPE_CHECKING:
+    from controller.ingest.metrics import IngestMetrics
 
 log = logging.getLogger("dyncc.ingest")
 
 
 SETTINGS = IngestSettings
+
+
+@contextlib.contextmanager
+def cache_keeper(settings: IngestSettings, metrics: IngestMetrics) -> Iterator[None]:
+    """The scoring cache keeper (controller/statistics/keeper.py) on a thread and a store
+    connection of its own while the loader runs (--cache-every 0: none)."""
+    if not settings.cache_every:
+        yield
+        return
+    from controller.statistics.keeper import CacheKeeper, Tick, keep
+    from controller.store import open_store
+
+    done = threading.Event()
+
+    def on_tick(tick: Tick) -> None:
+        metrics.cache_buckets.inc(tick.computed)
+        metrics.cache_tick_seconds.set(tick.seconds)
+
+    def work() -> None:
+        try:
+            store = open_store(settings.clickhouse)
+        except StoreError as exc:  # the loader itself retries; the keeper tries again later
+            log.warning("scoring cache keeper: cannot open the store, not keeping the cache: %s", exc)
+            return
+        try:
+            keep(CacheKeeper(store), settings.cache_every, done.wait, on_tick, lambda _: metrics.cache_errors.inc())
+        finally:
+            store.close()
+
+    thread = threading.Thread(target=work, name="cache-keeper", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=30)
 
 
 def run(settings: IngestSettings) -> int:
@@ -89,7 +133,7 @@ def run(settings: IngestSettings) -> int:
                 store.url.redacted(),
             )
             stop = StopFlag()
-            with stop.installed():
+            with stop.installed(), cache_keeper(settings, metrics):
                 return KafkaLoader(writer, cfg, stop).run()
         finally:
             writer.close()

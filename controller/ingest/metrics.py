@@ -47,6 +47,17 @@ class IngestMetrics:
             ["op"],
             registry=r,
         )
+        self.cache_buckets = Counter(
+            "dyncc_ingest_cache_buckets",
+            "(POP, bucket)s whose per-prefix statistics the cache keeper computed into scoring_cache",
+            registry=r,
+        )
+        self.cache_errors = Counter(
+            "dyncc_ingest_cache_errors", "Cache keeper ticks that failed (the store away; retried)", registry=r
+        )
+        self.cache_tick_seconds = Gauge(
+            "dyncc_ingest_cache_tick_seconds", "Time of the cache keeper's last tick", registry=r
+        )
 
 
 class AccessLogMetrics:

@@ -81,6 +81,12 @@ class IngestSettings(Settings):
         2, INT, "groups inserted at once, each on its own ClickHouse connection (offsets are still committed in order)",
         metavar="N", validator=at_least(1),
     )  # fmt: skip
+    cache_every: float = setting(
+        "1m", DURATION,
+        "with --kafka, fill the scoring cache (the default scoring's per-bucket statistics) this often as "
+        "data arrives, on a connection of its own, so a controller never merges a whole window (0 = off)",
+        validator=at_least(0),
+    )  # fmt: skip
     backoff_max: float = setting("30s", DURATION, "cap of the retry backoff while the store is down")
     connect_timeout: float = setting(
         "30s", DURATION,

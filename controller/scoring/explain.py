@@ -29,10 +29,11 @@ from controller.evidence.load import Evidence, stored_trials
 from controller.evidence.settings import EvidenceSettings
 from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT
 from controller.scoring.pins import load_pins, pin_reason
-from controller.scoring.query import Window, epoch_seconds, prefix_timeline, refresh, window_for
+from controller.scoring.query import prefix_timeline, refresh, window_for
 from controller.scoring.round import run_round
 from controller.scoring.round_settings import SettingsUnreadable, deciding_round, recorded_settings
 from controller.scoring.settings import ScoringSettings
+from controller.statistics.source import Window, epoch_seconds
 from controller.store.sql import query
 from dyncc_common.errors import ConfigError
 from schemas.addresses import mapped_to_ipv4

@@ -31,17 +31,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from controller.scoring.flaps import MASK_BUCKETS, flap_ratio, transitions
-from controller.scoring.query import (
-    CacheKey,
-    Window,
-    base_params,
-    epoch_seconds,
-    from_epoch,
-    normalize_scores,
-    on_every_shard,
-)
+from controller.scoring.query import base_params, normalize_scores
 from controller.scoring.settings import ScoringSettings
 from controller.scoring.state_plan import Committed, PopPlan, StatePlan, plan_update
+from controller.statistics.cache import CacheKey, on_every_shard
+from controller.statistics.source import Window, epoch_seconds, from_epoch
 from controller.store.sql import query, splice, strip_comments, values_list
 
 if TYPE_CHECKING:
@@ -161,7 +155,12 @@ def build(
                 thresholds.setdefault((q.pop, b, v), t)
     sql, params = _update_sql(building, thresholds, cfg)
     run = {**base_params(cfg, window, ""), **params, "params": state_params(cfg), "generation": generation}
-    on_every_shard(store, lambda shard: shard.execute(sql, run))
+
+    def update(shard: Store) -> None:
+        shard.execute(sql, run)
+        shard.sync_replicas("scoring_state")  # read back through the Distributed table below
+
+    on_every_shard(store, update)
     rows = [(q.pop, q.base, b, v, thresholds[(q.pop, b, v)]) for q in building for b, v in current[q.pop]]
     store.insert_columns(
         "scoring_state_keys",

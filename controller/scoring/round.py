@@ -44,15 +44,7 @@ from controller.scoring.desired import DesiredEntry, DesiredState
 from controller.scoring.frames import pop_bounds, sort_key, sorting, texts
 from controller.scoring.incremental import drop_old_state, score_incrementally
 from controller.scoring.pins import load_pins
-from controller.scoring.query import (
-    Window,
-    drop_old_cache,
-    epoch_seconds,
-    packs_masks,
-    refresh,
-    score_prefixes,
-    window_for,
-)
+from controller.scoring.query import packs_masks, refresh, score_prefixes, window_for
 from controller.scoring.round_settings import (
     deny_change,
     deny_text,
@@ -62,6 +54,8 @@ from controller.scoring.round_settings import (
 )
 from controller.scoring.settings import ScoringSettings
 from controller.scoring.state import load_previous, write_round
+from controller.statistics.cache import drop_old_cache
+from controller.statistics.source import Window, epoch_seconds
 from controller.store.outcomes import RECORDED, PublishOutcome, write_outcomes
 
 if TYPE_CHECKING:

@@ -11,13 +11,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from controller.statistics.source import ROLLUP_BUCKET_SECONDS, ROLLUP_MIN_BYTES, CacheSource
 from dyncc_common.errors import ConfigError
 from dyncc_common.settings import BOOL, DURATION, FLOAT, INT, STR, Settings, setting
 
 __all__ = ["DECISIONS", "ROLLUP_BUCKET_SECONDS", "ROLLUP_MIN_BYTES", "SCORING", "ScoringSettings"]
 
-ROLLUP_BUCKET_SECONDS = 300
-ROLLUP_MIN_BYTES = 102_400  # baked into tcpinfo_5m and tcpinfo_5m_nal (sql/migrations/001, 009)
 SCORING = "scoring definitions"
 DECISIONS = "decisions"
 
@@ -96,19 +95,19 @@ class ScoringSettings(Settings):
         return self.lookback_seconds // self.bucket_seconds
 
     @property
-    def source(self) -> str:
-        """Names the statistics' definition in the scoring_cache cache.
+    def cache_source(self) -> CacheSource:
+        """The per-bucket statistics these settings score (controller/statistics/source.py)."""
+        return CacheSource(self.bucket_seconds, self.min_bytes, self.include_app_limited)
 
-        With include_app_limited it is the name the definition had before app-limited samples
-        were left out (the cache then written still serves it); without, ":nal" is added.
-        """
-        name = "rollup" if self.uses_rollup else f"raw:{self.bucket_seconds}:{self.min_bytes}"
-        return name if self.include_app_limited else f"{name}:nal"
+    @property
+    def source(self) -> str:
+        """Names the statistics' definition in the scoring_cache cache (CacheSource.name)."""
+        return self.cache_source.name
 
     @property
     def uses_rollup(self) -> bool:
         """The 5-minute rollup serves the default definitions; anything else reads raw tcpinfo."""
-        return self.bucket_seconds == ROLLUP_BUCKET_SECONDS and self.min_bytes == ROLLUP_MIN_BYTES
+        return self.cache_source.uses_rollup
 
     def __post_init__(self) -> None:
         if self.bucket_seconds < 1:

@@ -124,6 +124,11 @@ class Store(ABC):
         """The weight of each shard of shard_stores(), in the same order."""
         return (1,)
 
+    def sync_replicas(self, table: str) -> None:  # noqa: B027 - optional hook
+        """A shard store: wait until the shard's other answering replicas have the rows written
+        to `table` through it, so a Distributed read, whichever replica it picks, sees them (a
+        replica that does not answer is skipped: no read goes to it).  One server: nothing."""
+
     def check_shards(self) -> None:  # noqa: B027 - optional hook
         """Raise StoreUnavailable naming every part of the data no server answers for (a cluster's
         shards); one server: nothing to check."""

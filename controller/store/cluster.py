@@ -31,7 +31,7 @@ from controller.store.base import BulkColumn, Column, DataTable, Store
 from controller.store.clickhouse import ClickHouseStore
 from controller.store.sql import Version, query, render
 from controller.store.topology import Replica, Shard, Topology, shard_database, topology_from_rows
-from controller.store.url import StoreURL
+from controller.store.url import StoreURL, check_identifier
 from dyncc_common.errors import StoreContentError, StoreError, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -193,6 +193,19 @@ class ShardStore(Store):
 
     def version(self) -> Version:
         return self._call(lambda s: s.version())
+
+    def sync_replicas(self, table: str) -> None:
+        """SYSTEM SYNC REPLICA on the shard's other replicas: the query node's Distributed reads
+        prefer the first replica, but one with recent errors goes after the others, while this
+        store keeps writing to its current one; a read right after a write must not miss it."""
+        check_identifier(table)
+        for index in range(len(self._urls)):
+            if index == self._current:
+                continue
+            try:
+                self._store(index).execute(f"SYSTEM SYNC REPLICA {table}")
+            except StoreUnavailable as exc:
+                log.debug("cluster %s %s: replica %d not synced: %s", self.cluster, self.shard.describe(), index, exc)
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         self._call(lambda s: s.execute(sql, params))

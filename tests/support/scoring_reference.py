@@ -22,7 +22,7 @@ from schemas.addresses import prefix_family
 if TYPE_CHECKING:
     import pandas as pd
 
-    from controller.scoring.query import Window
+    from controller.statistics.source import Window
 
 
 def ch_quantile(values: np.ndarray, level: float) -> float:

@@ -63,7 +63,9 @@ def samples_frame(
     import pandas as pd
 
     rng = np.random.default_rng(seed)
-    parts = []
+    cols: dict[str, list[np.ndarray]] = {k: [] for k in _COLUMNS}
+    labels: list[tuple[str, int]] = []  # (prefix, family) and its row count, one per part
+    counts: list[int] = []
     for prefix, pat in sorted(patterns.items()):
         family = 6 if ":" in prefix else 4
         for b in range(buckets):
@@ -78,23 +80,34 @@ def samples_frame(
             if flagged:  # drawn after the rest: patterns without app-limited samples stay as they were
                 rates = np.r_[rates, rng.integers(*BAD_RATE, flagged) * pat.rate_scale]
                 offsets = np.r_[offsets, rng.integers(0, bucket_seconds, flagged)]
-            parts.append(
-                pd.DataFrame(
-                    {
-                        "time": start_ts + b * bucket_seconds + offsets,
-                        "pop": pop,
-                        "prefix": prefix,
-                        "family": family,
-                        "bytes_acked": np.r_[
-                            np.full(pat.qualifying, 1_000_000), np.full(pat.small, 50_000), np.full(flagged, 1_000_000)
-                        ],
-                        "delivery_rate": rates.astype("uint64"),
-                        "min_rtt": np.full(n + flagged, rtt),
-                        "app_limited": np.r_[np.zeros(n, dtype="uint8"), np.ones(flagged, dtype="uint8")],
-                    }
-                )
+            cols["time"].append(start_ts + b * bucket_seconds + offsets)
+            cols["bytes_acked"].append(
+                np.r_[np.full(pat.qualifying, 1_000_000), np.full(pat.small, 50_000), np.full(flagged, 1_000_000)]
             )
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+            cols["delivery_rate"].append(rates.astype("uint64"))
+            cols["min_rtt"].append(np.full(n + flagged, rtt))
+            cols["app_limited"].append(np.r_[np.zeros(n, dtype="uint8"), np.ones(flagged, dtype="uint8")])
+            labels.append((prefix, family))
+            counts.append(n + flagged)
+    if not labels:
+        return pd.DataFrame()
+    # one frame at the end (a frame per bucket made this the slowest step of many tests)
+    repeat = np.asarray(counts)
+    return pd.DataFrame(
+        {
+            "time": np.concatenate(cols["time"]).astype("int64"),
+            "pop": pop,
+            "prefix": np.repeat(np.array([p for p, _ in labels], dtype=object), repeat),
+            "family": np.repeat(np.array([f for _, f in labels], dtype="int64"), repeat),
+            "bytes_acked": np.concatenate(cols["bytes_acked"]).astype("int64"),
+            "delivery_rate": np.concatenate(cols["delivery_rate"]),
+            "min_rtt": np.concatenate(cols["min_rtt"]).astype("int64"),
+            "app_limited": np.concatenate(cols["app_limited"]),
+        }
+    )
+
+
+_COLUMNS = ("time", "bytes_acked", "delivery_rate", "min_rtt", "app_limited")
 
 
 def insert_samples(store: Store, df: pd.DataFrame) -> int:

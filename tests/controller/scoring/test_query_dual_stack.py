@@ -23,7 +23,6 @@ from controller.ingest.columns import prefix_column
 from controller.scoring.decide import decide
 from controller.scoring.explain import explain
 from controller.scoring.query import (
-    Window,
     base_params,
     prefix_timeline,
     refresh,
@@ -33,6 +32,7 @@ from controller.scoring.query import (
 )
 from controller.scoring.round import run_round
 from controller.scoring.settings import ScoringSettings
+from controller.statistics.source import Window
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
 from controller.store.sql import migrations, query, render_markers, split_statements

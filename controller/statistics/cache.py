@@ -1,0 +1,191 @@
+"""The scoring cache (scoring_cache): per (pop, bucket, prefix) statistics, versioned.
+
+`refresh` compares per (pop, bucket) sample counts in the source (the 5-minute rollup, or raw
+tcpinfo when the bucket / qualifying threshold differ from the rollup's) with the cache; buckets
+that are new or changed get their per-prefix statistics recomputed into the cache under a new
+version, recorded in scoring_versions after the rows (a reader never sees a version before its
+rows).  The newest RECHECK_BUCKETS buckets are re-checked every call, and one slice of
+RECHECK_BUCKETS older ones in turn, so late data for any bucket of the window is folded in within
+a few calls.  On a cluster every shard computes its own prefixes' rows at the same time.
+Writers may run side by side (a round of `dyncc control`, the keeper of each `dyncc ingest`):
+each writes whole (pop, bucket)s under its own version, so a duplicate costs work, never a
+wrong row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+
+from controller.statistics.source import CacheSource, Window, epoch_seconds
+from controller.store.sql import query, splice, strip_comments, values_list
+
+if TYPE_CHECKING:
+    from controller.store import Store
+
+log = logging.getLogger("dyncc.statistics")
+
+T = TypeVar("T")
+REFRESH_CHUNK = 4  # (pop, bucket)s per cache INSERT
+RECHECK_BUCKETS = 6  # the newest buckets compared with the source every call (late data)
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    pop: str
+    bucket_ts: int  # epoch seconds of the bucket start
+    version: int
+
+
+def params(source: CacheSource, window: Window, pop: str, version: int = 0) -> dict[str, Any]:
+    """The parameters of the cache's SQL (sql/queries/scoring_cached.sql, _fresh_*, _refresh_*)."""
+    return {
+        "pop": pop,
+        "source": source.name,
+        "start": window.start,
+        "end": window.end,
+        "bucket_seconds": source.bucket_seconds,
+        "min_bytes": source.min_bytes,
+        "include_app_limited": source.include_app_limited,
+        "version": version,
+    }
+
+
+def _counts(store: Store, sql: str, p: dict[str, Any]) -> list[tuple[Any, ...]]:
+    df = store.query_df(sql, p)
+    if df.empty:
+        return []
+    pops = [v.decode() if isinstance(v, bytes) else str(v) for v in df["pop"]]
+    buckets = [epoch_seconds(_to_datetime(v)) for v in df["bucket"]]
+    extra = [df[c].astype("int64").tolist() for c in df.columns if c not in ("pop", "bucket")]
+    return list(zip(pops, buckets, *extra, strict=True))
+
+
+def _to_datetime(value: Any) -> dt.datetime:
+    import pandas as pd
+
+    ts = pd.Timestamp(value)
+    if ts.tzinfo is None:
+        ts = ts.tz_localize("UTC")
+    return ts.to_pydatetime()
+
+
+def refresh(store: Store, source: CacheSource, window: Window, pop: str, version: int) -> list[CacheKey]:
+    """Bring the scoring_cache cache up to date for the window; return the current keys.
+
+    The newest `RECHECK_BUCKETS` buckets are compared with the source every round
+    (late data), and one slice of the older ones in turn (`older_slice`): a late batch for an
+    older bucket of the window is folded in within a few rounds, never lost.  The whole window
+    is checked while some bucket of it was never looked at.
+    """
+    p = params(source, window, pop, version)
+    cached: dict[tuple[str, int], tuple[int, int]] = {}
+    for pop_, bucket, ver, samples in _counts(store, strip_comments(query("scoring_cached")), p):
+        if (pop_, bucket) not in cached or ver > cached[(pop_, bucket)][0]:
+            cached[(pop_, bucket)] = (ver, samples)
+    recheck_start = window.end - dt.timedelta(seconds=RECHECK_BUCKETS * source.bucket_seconds)
+    first = epoch_seconds(window.start)
+    pops_known = {k[0] for k in cached} if not pop else {pop}
+    complete = bool(pops_known) and all(
+        (p_, first + i * source.bucket_seconds) in cached
+        for p_ in pops_known
+        for i in range(window.buckets - RECHECK_BUCKETS)
+    )
+    fresh_sql = strip_comments(query(f"scoring_fresh_{source.kind}"))
+    checked = [(max(recheck_start, window.start), window.end)] if complete else [(window.start, window.end)]
+    if complete:  # and one older slice per round, in turn: late data far behind is folded in too
+        checked.append(older_slice(window, source.bucket_seconds))
+    fresh = {(r[0], r[1]): r[2] for a, b in checked for r in _counts(store, fresh_sql, {**p, "start": a, "end": b})}
+    if complete and {k[0] for k in fresh} - pops_known:  # a new POP: check its whole window
+        complete, checked = False, [(window.start, window.end)]
+        fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, p)}
+    spans = [(epoch_seconds(a), epoch_seconds(b)) for a, b in checked]
+    for key, (_, samples) in cached.items():  # buckets that vanished from the source: empty now
+        if any(a <= key[1] < b for a, b in spans) and key not in fresh and samples:
+            fresh[key] = 0
+    if not complete:  # remember the empty buckets too, so the full check is not repeated
+        for p_ in pops_known | {k[0] for k in fresh}:
+            for i in range(window.buckets):
+                fresh.setdefault((p_, first + i * source.bucket_seconds), 0)
+    stale = sorted(k for k, n in fresh.items() if k not in cached or cached[k][1] != n)
+    insert, rows_sql = query("scoring_refresh_insert"), query(f"scoring_refresh_{source.kind}")
+    for i in range(0, len(stale), REFRESH_CHUNK):
+        chunk = stale[i : i + REFRESH_CHUNK]
+        with_data = [k for k in chunk if fresh[k]]
+        if with_data:  # a few buckets per INSERT bound the memory of merging their states
+            keys = values_list(with_data)  # at most REFRESH_CHUNK tuples
+            sql = splice(insert, {"source": splice(rows_sql, {"keys": keys})})
+
+            def insert_on(shard: Store, sql: str = sql) -> None:
+                shard.execute(sql, p)
+                shard.sync_replicas("scoring_cache")  # the scores read it through the Distributed table
+
+            on_every_shard(store, insert_on)
+        record_versions(store, source, chunk, version, [fresh[k] for k in chunk])
+    if stale:
+        log.debug("scoring cache: recomputed %d (pop, bucket)s", len(stale))
+    current = {k: v for k, (v, n) in cached.items() if n}
+    current.update({k: version for k in stale if fresh[k]})
+    return sorted((CacheKey(k[0], k[1], v) for k, v in current.items()), key=lambda k: (k.pop, k.bucket_ts))
+
+
+def older_slice(window: Window, bucket_seconds: int) -> tuple[dt.datetime, dt.datetime]:
+    """The older buckets a round re-checks besides the newest RECHECK_BUCKETS: the window's
+    buckets before those, in slices of RECHECK_BUCKETS taken in turn by the bucket number of the
+    window's end, so every bucket of the window is compared with the source at least once every
+    ceil((buckets - RECHECK_BUCKETS) / RECHECK_BUCKETS) rounds."""
+    older = max(0, window.buckets - RECHECK_BUCKETS)
+    if older == 0:
+        return window.start, window.start
+    slices = -(-older // RECHECK_BUCKETS)
+    turn = (epoch_seconds(window.end) // bucket_seconds) % slices
+    start = window.start + dt.timedelta(seconds=turn * RECHECK_BUCKETS * bucket_seconds)
+    end = min(
+        start + dt.timedelta(seconds=RECHECK_BUCKETS * bucket_seconds),
+        window.start + dt.timedelta(seconds=older * bucket_seconds),
+    )
+    return start, end
+
+
+def on_every_shard(store: Store, op: Callable[[Store], T]) -> list[T]:
+    """op on each shard's store (its own rows), at the same time on a cluster; on one server, op on
+    the store itself."""
+    shards = store.shard_stores()
+    if len(shards) == 1:
+        return [op(shards[0])]
+    with ThreadPoolExecutor(max_workers=len(shards)) as pool:
+        return list(pool.map(op, shards))
+
+
+def record_versions(
+    store: Store, source: CacheSource, keys: list[tuple[str, int]], version: int, samples: list[int]
+) -> None:
+    store.insert_columns(
+        "scoring_versions",
+        {
+            "pop": [k[0] for k in keys],
+            "source": [source.name] * len(keys),
+            "bucket": np.array([k[1] for k in keys], dtype="int64").astype("datetime64[s]"),
+            "version": np.full(len(keys), version, dtype="uint64"),
+            "samples": np.array(samples, dtype="uint64"),
+        },
+    )
+
+
+def drop_old_cache(store: Store, window: Window, keep_days: int = 2) -> None:
+    """Drop scoring_cache partitions (days) older than the window minus keep_days, on every shard."""
+    cutoff = (window.start - dt.timedelta(days=keep_days)).strftime("%Y%m%d")
+
+    def drop(shard: Store) -> None:
+        for (partition,) in shard.query_rows(query("scoring_cache_partitions"), {"db": shard.database}):
+            text = str(partition).strip("'")
+            if text.isdigit() and text < cutoff:
+                shard.execute(query("scoring_drop_cache_partition"), {"partition": int(text)})
+
+    on_every_shard(store, drop)

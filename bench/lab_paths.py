@@ -1,8 +1,8 @@
 """Benchmark: the lab's path classes (dyncc.lab.paths), CUBIC against BBR on each.
 
     sudo .venv/bin/python -m bench.lab_paths [--transfers 20] [--sizes 1000000,3000000]
-        [--classes lossy,deep,deep-solo,fine,lowrtt,alt-slow] [--add NAME=BASE]
-        [--set lossy.loss=0.02 ...] [--relay-pps 1000,3000]
+        [--classes lossy,deep,deep-quiet,fine,lowrtt,alt-slow] [--add NAME=BASE]
+        [--set lossy.loss=0.02 ...] [--relay-pps 1000,3000] [--poll 0.5]
 
 Builds namespaces hpa-<id>-{e,r,<class>}: an edge serving bytes over TCP
 (dyncc.lab.traffic serve), a router shaping each client link with the path
@@ -12,10 +12,13 @@ with `congctl cubic`, the other with `congctl bbr`.  The edge sends one segment 
 (paths.sender_commands; --gso keeps 64 KB GSO bursts, to compare).
 
 Per class, two threads (one per prefix, so CUBIC and BBR run at the same time: on their own
-htb classes, or on one shared FIFO for a shared class such as deep; deep-solo is deep's spec
-with one class per prefix) each run `--transfers` transfers of every size: connect, request N bytes,
+htb classes, or on one shared FIFO for a shared class such as deep-shared, deep's spec with both
+prefixes in one FIFO; deep-quiet is deep's spec without the busy uplink) each run `--transfers`
+transfers of every size: connect, request N bytes,
 read them (goodput = N / time from request to last byte), then read the edge socket's
-tcp_info with `ss -ti` (delivery_rate, min_rtt, retransmits) before closing.  Prints per
+tcp_info with `ss -ti` (delivery_rate, min_rtt, retransmits) before closing; with --poll, also
+the socket's delivery_rate every POLL seconds during the transfer, as the lab's collector samples
+it (the "polled p10").  Prints per
 class and size the p10 / p50 of delivery rate and goodput, BBR/CUBIC ratios, min_rtt;
 the loss filter's drop share (clsact counters) against the edge's retransmitted segments;
 the relay's CPU (user and system) per 1000 packets/s, during the transfers and, with
@@ -50,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dyncc.lab import bpf_build, paths
-from dyncc.lab.delay import DelayRelay
+from dyncc.lab.delay import DelayRelay, Uplink
 
 PORT = 8080
 EDGE_V6, ROUTER_V6 = "2001:db8:ff00::1", "2001:db8:ff00::2"
@@ -58,12 +61,13 @@ TICKS = os.sysconf("SC_CLK_TCK")
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 
-#: bench class name -> class (alt-slow: the alternating class' slow spec; deep-solo: deep's spec on
-#: one htb class per prefix, to compare with the shared bottleneck)
+#: bench class name -> class (alt-slow: the alternating class' slow spec; deep-quiet: deep without
+#: its busy uplink; deep-shared: deep's spec with both prefixes in one FIFO)
 BENCH_CLASSES = {
     "lossy": paths.CLASSES["lossy"],
     "deep": paths.CLASSES["deep"],
-    "deep-solo": paths.PathClass("deep-solo", (paths.DEEP,)),
+    "deep-quiet": paths.PathClass("deep-quiet", (dataclasses.replace(paths.DEEP, uplink_busy_ms=0.0),)),
+    "deep-shared": paths.PathClass("deep-shared", (paths.DEEP,), shared=True),
     "fine": paths.CLASSES["fine"],
     "lowrtt": paths.CLASSES["lowrtt"],
     "alt-slow": paths.PathClass("alt-slow", (paths.ALTERNATING_SLOW,)),
@@ -150,6 +154,7 @@ class Lab:
             run_all(paths.sender_commands(e, "eth0"))
         delayed: list[str] = []
         delays: dict[str, float] = {}
+        uplinks: dict[str, Uplink] = {}
         for k, (name, pclass) in enumerate(self.classes.items()):
             spec = pclass.spec()
             c, dev = self.client_ns(k), f"c{k}"
@@ -185,13 +190,16 @@ class Lab:
             if spec.loss > 0:
                 obj = bpf_build.build_random_drop(spec.loss, self.objdir)
                 run_all(paths.loss_commands(r, dev, str(obj)))
-            if spec.delay_ms > 0:
+            if spec.delayed:
                 delayed.append(dev)
                 delays.update(paths.delay_map(entries))
+                uplinks.update(paths.uplink_map(entries))
             print(f"# {name}: {spec}{' shared' if pclass.shared else ''}", flush=True)
         if delayed:
             run_all(paths.delay_commands(r, delayed))
-            self.relay.start(r, paths.DELAY_DEV, delays, tick_ms=self.tick_ms, log_path=self.objdir / "relay.log")
+            self.relay.start(
+                r, paths.DELAY_DEV, delays, uplinks=uplinks, tick_ms=self.tick_ms, log_path=self.objdir / "relay.log"
+            )
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         self.server = subprocess.Popen(
             ["ip", "netns", "exec", e, sys.executable, "-m", "dyncc.lab.traffic", "serve", "--port", str(PORT)],
@@ -238,6 +246,7 @@ class Sample:
     min_rtt_ms: float
     retrans: int
     cc_seen: str
+    polled_bps: list[float] = field(default_factory=list)  # delivery_rate every --poll seconds during the transfer
 
 
 SS_RATE = re.compile(r"delivery_rate ([\d.]+)([kMG]?)bps")
@@ -260,8 +269,25 @@ def parse_ss(text: str) -> tuple[float, float, int, str]:
     )
 
 
+def poll_rates(lab: Lab, src: str, every: float, done: threading.Event, out: list[float]) -> None:
+    """The edge socket's delivery_rate every `every` s until `done`, as the lab's collector samples it."""
+    while not done.wait(every):
+        rate = parse_ss(sh("ss", "-N", lab.edge, "-tinH", "state", "established", "dst", f"[{src}]", check=False))[0]
+        if rate == rate:
+            out.append(rate)
+
+
 def transfers(
-    lab: Lab, k: int, name: str, j: int, cc: str, sizes: list[int], count: int, out: list[Sample], stop: threading.Event
+    lab: Lab,
+    k: int,
+    name: str,
+    j: int,
+    cc: str,
+    sizes: list[int],
+    count: int,
+    out: list[Sample],
+    stop: threading.Event,
+    poll: float = 0.0,
 ) -> None:
     enter_ns(lab.client_ns(k))
     src = lab.addr(k, j)
@@ -280,6 +306,11 @@ def transfers(
                     s.settimeout(60)
                     s.bind((src, 0))
                     s.connect((EDGE_V6, PORT))
+                    polled: list[float] = []
+                    done = threading.Event()
+                    poller = threading.Thread(target=poll_rates, args=(lab, src, poll, done, polled), daemon=True)
+                    if poll > 0:
+                        poller.start()
                     t0 = time.monotonic()
                     s.sendall(struct.pack(">Q", size))
                     left = size
@@ -289,12 +320,15 @@ def transfers(
                             raise ConnectionError("closed early")
                         left -= len(got)
                     dt = time.monotonic() - t0
+                    done.set()
+                    if poll > 0:
+                        poller.join()
                     info = sh("ss", "-N", lab.edge, "-tinH", "state", "established", "dst", f"[{src}]")
             except OSError as exc:
                 print(f"# {name}/{cc}: transfer failed: {exc}", file=sys.stderr)
                 continue
             rate, minrtt, retrans, seen = parse_ss(info)
-            out.append(Sample(name, cc, size, dt, size * 8 / dt, rate, minrtt, retrans, seen))
+            out.append(Sample(name, cc, size, dt, size * 8 / dt, rate, minrtt, retrans, seen, polled))
         time.sleep(0.2)
 
 
@@ -321,19 +355,23 @@ def summarize(samples: list[Sample], classes: Sequence[str], sizes: list[int]) -
                 row[f"{cc}_d10"], row[f"{cc}_d50"] = pct(d, 0.1), pct(d, 0.5)
                 row[f"{cc}_g10"], row[f"{cc}_g50"] = pct(g, 0.1), pct(g, 0.5)
                 row[f"{cc}_minrtt"] = pct([s.min_rtt_ms for s in sel], 0.5)
+                polled = [r / 1e6 for s in sel for r in s.polled_bps]
+                row[f"{cc}_p10"], row[f"{cc}_polls"] = pct(polled, 0.1), len(polled)
                 wrong = sum(1 for s in sel if s.cc_seen != cc)
                 label = "all" if size == 0 else f"{size // 1000}k"
                 print(
                     f"{name:9} {label:>5} {cc:5} {len(sel):3d} {row[f'{cc}_d10']:9.2f} {row[f'{cc}_d50']:7.2f}"
                     f" {row[f'{cc}_g10']:11.2f} {row[f'{cc}_g50']:7.2f} {row[f'{cc}_minrtt']:6.1f}"
                     f" {statistics.mean([s.retrans for s in sel]) if sel else 0:5.1f}"
+                    + (f"  polled p10 {row[f'{cc}_p10']:.2f} of {len(polled)}" if polled else "")
                     + (f" WRONG CC {wrong}" if wrong else "")
                 )
-            for m in ("d10", "d50", "g10", "g50"):
+            for m in ("d10", "d50", "g10", "g50", "p10"):
                 row[f"ratio_{m}"] = row[f"bbr_{m}"] / row[f"cubic_{m}"] if row[f"cubic_{m}"] else float("nan")
             print(
                 f"{'':9} {'':5} bbr/cubic  delivery p10 {row['ratio_d10']:.2f} p50 {row['ratio_d50']:.2f}"
                 f"   goodput p10 {row['ratio_g10']:.2f} p50 {row['ratio_g50']:.2f}"
+                + (f"   polled delivery p10 {row['ratio_p10']:.2f}" if row["cubic_polls"] else "")
             )
             out[f"{name}/{'all' if size == 0 else size}"] = row
     return out
@@ -429,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transfers", type=int, default=20, help="transfers per size and cc")
     parser.add_argument("--sizes", default="1000000,3000000")
-    parser.add_argument("--classes", default="lossy,deep,deep-solo,fine,lowrtt,alt-slow")
+    parser.add_argument("--classes", default="lossy,deep,deep-quiet,fine,lowrtt,alt-slow")
     parser.add_argument("--set", action="append", default=[], metavar="CLASS.FIELD=VALUE")
     parser.add_argument(
         "--add", action="append", default=[], metavar="NAME=BASE", help="an extra class copied from BASE (then --set)"
@@ -437,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gso", action="store_true", help="keep GSO bursts on the edge (no sender_commands)")
     parser.add_argument("--relay-pps", default="", help="UDP rates through the relay to measure its CPU")
     parser.add_argument("--relay-tick-ms", type=float, default=1.0)
+    parser.add_argument(
+        "--poll", type=float, default=0.0, help="also sample delivery_rate every POLL s of each transfer (as the lab)"
+    )
     parser.add_argument("--json", type=Path, help="write the summary here")
     args = parser.parse_args(argv)
     if os.geteuid() != 0 or not shutil.which("tc"):
@@ -462,7 +503,9 @@ def main(argv: list[str] | None = None) -> int:
         pid = lab.relay.proc.pid if lab.relay.proc else 0
         cpu0, tun0, t0 = (cpu_times(pid) if pid else (0.0, 0.0)), (tun_packets(lab.rtr) if pid else 0), time.monotonic()
         threads = [
-            threading.Thread(target=transfers, args=(lab, k, name, j, cc, sizes, args.transfers, samples, stop))
+            threading.Thread(
+                target=transfers, args=(lab, k, name, j, cc, sizes, args.transfers, samples, stop, args.poll)
+            )
             for k, name in enumerate(classes)
             for j, cc in enumerate(("cubic", "bbr"))
         ]

@@ -40,9 +40,9 @@ log = logging.getLogger("dyncc.lab")
 EXPIRE_BUCKETS = 7 * DAY_BUCKETS  # scoring's 7-day expiry, in buckets
 # The canary's p10 over its changed prefixes in windows of a few lab rounds moves by tens of
 # percent between rounds on its own, and a wave that moves deep-buffer prefixes to BBR loses
-# 55-60 % there (their BBR flows share a FIFO with the same prefixes' CUBIC flows on the other
-# host): the production gate (15 %) rolls such a wave back at the canary.  The lab widens it so
-# the waves reach the POP and the scoring's own revert after the minimum hold shows.
+# about half of it there (BBR keeps too little in flight while a busy uplink holds their ACKs:
+# dyncc/lab/paths.py DEEP): the production gate (15 %) rolls such a wave back at the canary.  The
+# lab widens it so the waves reach the POP and the trials' own reverts show.
 LAB_MAX_P10_REGRESSION = 0.75
 
 

@@ -9,12 +9,22 @@ device.  A packet written back arrives with iif = the tun device, so it follows 
 table to the edge.  The delay adds to the round-trip time of every connection from that
 source; a source outside the map gets `default_ms`.
 
+A source network may also have an *uplink* (`--uplink NETWORK=BUSY_MS/QUIET_S/BUSY_S`): the
+client's upstream link of a bloated access network, whose queue fills while the client uploads.
+Its busy and quiet phases alternate (quiet: exponential with mean QUIET_S; busy: uniform in
+0.5..1.5 x BUSY_S; drawn from a generator seeded by the network, so a run is repeatable); in a
+busy phase a packet from that network waits BUSY_MS more, and packets of one uplink leave in the
+order they came (a FIFO: when an upload ends, what queued behind it leaves together once the
+upload's bytes have drained).  The requests and ACKs of downloads from that network then see
+their delay jump by BUSY_MS for a while, as behind a real upstream queue.
+
 The queue is bounded (`max_queue` packets): a packet that would exceed it is dropped and
 counted, and drops are logged at most every 5 s.  SIGTERM or SIGINT ends the relay (held
 packets are discarded and counted in the exit line); SIGHUP re-reads the map file.
 
 Run inside the router namespace (stdlib only, starts fast), after the tun device exists:
     python -m dyncc.lab.delay --dev dlytun --map 2001:db8:101:300::/56=40 [--map-file F]
+        [--uplink 2001:db8:101:300::/56=300/4/2]
 Map file lines: `<network> <milliseconds>`; `#` starts a comment.
 `DelayRelay` starts and stops that process for the lab.
 """
@@ -28,6 +38,7 @@ import heapq
 import ipaddress
 import logging
 import os
+import random
 import select
 import signal
 import socket
@@ -35,6 +46,7 @@ import struct
 import subprocess
 import sys
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,30 +74,28 @@ class DelayError(DynccError):
 # ------------------------------------------------------------------ the map (pure)
 
 
-class DelayMap:
-    """Networks -> delay in seconds; lookup by a packet's source address, longest prefix first."""
+class PrefixTable:
+    """Networks -> values; lookup by a packet's source address, longest prefix first."""
 
-    def __init__(self, delays_ms: Mapping[str, float], default_ms: float = 0.0) -> None:
-        self.default = _check_ms(default_ms, "default") / 1000.0
-        tables: dict[tuple[int, int], dict[int, float]] = {}
-        for text, ms in delays_ms.items():
+    def __init__(self, values: Mapping[str, object], what: str = "map") -> None:
+        tables: dict[tuple[int, int], dict[int, object]] = {}
+        for text, value in values.items():
             try:
                 net = ipaddress.ip_network(text, strict=False)
             except ValueError as exc:
-                raise DelayError(f"bad network {text!r} in the delay map") from exc
-            bits = net.max_prefixlen
-            shift = bits - net.prefixlen
+                raise DelayError(f"bad network {text!r} in the {what}") from exc
+            shift = net.max_prefixlen - net.prefixlen
             key = int(net.network_address) >> shift
-            tables.setdefault((net.version, shift), {})[key] = _check_ms(ms, text) / 1000.0
+            tables.setdefault((net.version, shift), {})[key] = value
         # per family: (shift, table) with the longest prefix (smallest shift) first
         self._v4 = sorted(((s, t) for (v, s), t in tables.items() if v == 4), key=lambda x: x[0])
         self._v6 = sorted(((s, t) for (v, s), t in tables.items() if v == 6), key=lambda x: x[0])
         self.size = sum(len(t) for t in tables.values())
 
-    def delay(self, packet: bytes) -> float:
-        """Seconds to hold `packet` (an IPv4 or IPv6 packet without link header)."""
+    def lookup(self, packet: bytes) -> object | None:
+        """The value of the longest network holding `packet`'s source (an IP packet), or None."""
         if not packet:
-            return self.default
+            return None
         version = packet[0] >> 4
         if version == 4 and len(packet) >= 20:
             src = int.from_bytes(packet[12:16], "big")
@@ -94,12 +104,82 @@ class DelayMap:
             src = int.from_bytes(packet[8:24], "big")
             tables = self._v6
         else:
-            return self.default
+            return None
         for shift, table in tables:
             hit = table.get(src >> shift)
             if hit is not None:
                 return hit
-        return self.default
+        return None
+
+
+class DelayMap:
+    """Networks -> delay in seconds; lookup by a packet's source address, longest prefix first."""
+
+    def __init__(self, delays_ms: Mapping[str, float], default_ms: float = 0.0) -> None:
+        self.default = _check_ms(default_ms, "default") / 1000.0
+        self._table = PrefixTable({net: _check_ms(ms, net) / 1000.0 for net, ms in delays_ms.items()}, "delay map")
+        self.size = self._table.size
+
+    def delay(self, packet: bytes) -> float:
+        """Seconds to hold `packet` (an IPv4 or IPv6 packet without link header)."""
+        hit = self._table.lookup(packet)
+        return self.default if hit is None else float(hit)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Uplink:
+    """A client uplink that is busy now and then: BUSY_MS more delay in a busy phase (module docstring)."""
+
+    busy_ms: float
+    quiet_s: float
+    busy_s: float
+
+    def __post_init__(self) -> None:
+        _check_ms(self.busy_ms, "an uplink's busy phase")
+        if not (0.05 <= self.quiet_s <= 3600 and 0.05 <= self.busy_s <= 3600):
+            raise DelayError(f"uplink phases {self.quiet_s:g} s / {self.busy_s:g} s: each must be 0.05..3600 s")
+
+    def text(self) -> str:
+        return f"{self.busy_ms:g}/{self.quiet_s:g}/{self.busy_s:g}"
+
+
+def parse_uplink_arg(item: str) -> tuple[str, Uplink]:
+    """`NETWORK=BUSY_MS/QUIET_S/BUSY_S`."""
+    net, sep, rest = item.partition("=")
+    parts = rest.split("/")
+    if not sep or len(parts) != 3:
+        raise DelayError(f"--uplink {item!r}: expected NETWORK=BUSY_MS/QUIET_S/BUSY_S")
+    try:
+        values = [float(x) for x in parts]
+    except ValueError as exc:
+        raise DelayError(f"--uplink {item!r}: bad number") from exc
+    return net, Uplink(*values)
+
+
+class UplinkSchedule:
+    """The busy and quiet phases of one uplink over time (seeded: the same phases every run)."""
+
+    def __init__(self, uplink: Uplink, seed: int, start: float) -> None:
+        self.uplink = uplink
+        self._rng = random.Random(seed)
+        self.busy = False
+        self.until = start + self._rng.expovariate(1.0 / uplink.quiet_s)
+        self.last_due = 0.0  # the latest release time given to a packet of this uplink (FIFO)
+
+    def extra(self, now: float) -> float:
+        """Seconds a packet arriving at `now` waits in the uplink's queue (times never go back)."""
+        while now >= self.until:
+            self.busy = not self.busy
+            up, rng = self.uplink, self._rng
+            self.until += rng.uniform(0.5, 1.5) * up.busy_s if self.busy else rng.expovariate(1 / up.quiet_s)
+        return self.uplink.busy_ms / 1000.0 if self.busy else 0.0
+
+
+def uplink_schedules(uplinks: Mapping[str, Uplink], start: float) -> PrefixTable:
+    """Networks -> their UplinkSchedule (each seeded by its network's text)."""
+    return PrefixTable(
+        {net: UplinkSchedule(up, zlib.crc32(net.encode()), start) for net, up in uplinks.items()}, "uplink map"
+    )
 
 
 def _check_ms(ms: float, what: str) -> float:
@@ -171,7 +251,9 @@ def open_tun(dev: str) -> int:
 class Relay:
     """Hold each packet read from `fd` for its delay, then write it back to `fd`."""
 
-    def __init__(self, fd: int, delays: DelayMap, max_queue: int, tick: float = TICK) -> None:
+    def __init__(
+        self, fd: int, delays: DelayMap, max_queue: int, tick: float = TICK, uplinks: PrefixTable | None = None
+    ) -> None:
         if max_queue < 1:
             raise DelayError("max_queue must be at least 1")
         if not 0.0 <= tick <= 0.01:
@@ -180,6 +262,7 @@ class Relay:
         self.tick = tick
         self._last_wake = 0.0
         self.delays = delays
+        self.uplinks = uplinks if uplinks is not None and uplinks.size else None
         self.max_queue = max_queue
         self.stats = RelayStats()
         self.held: list[tuple[float, int, bytes]] = []
@@ -198,13 +281,20 @@ class Relay:
                 raise DelayError(f"read from the tun device: {exc.strerror}") from exc
             self.stats.packets += 1
             hold = self.delays.delay(pkt)
-            if hold <= 0.0:
+            up = self.uplinks.lookup(pkt) if self.uplinks is not None else None
+            if up is not None:
+                assert isinstance(up, UplinkSchedule)
+                hold += up.extra(now)
+            if hold <= 0.0 and up is None:
                 self.write(pkt)
             elif len(self.held) >= self.max_queue:
                 self.stats.dropped += 1
             else:
+                due = now + hold
+                if up is not None:  # one uplink is a FIFO
+                    due = up.last_due = max(due, up.last_due)
                 self._seq += 1
-                heapq.heappush(self.held, (now + hold, self._seq, pkt))
+                heapq.heappush(self.held, (due, self._seq, pkt))
                 if len(self.held) > self.stats.max_held:
                     self.stats.max_held = len(self.held)
 
@@ -256,7 +346,13 @@ class Relay:
 
 
 def run(
-    dev: str, delays_ms: dict[str, float], map_file: Path | None, default_ms: float, max_queue: int, tick: float = TICK
+    dev: str,
+    delays_ms: dict[str, float],
+    map_file: Path | None,
+    default_ms: float,
+    max_queue: int,
+    tick: float = TICK,
+    uplinks: Mapping[str, Uplink] | None = None,
 ) -> int:
     def load() -> DelayMap:
         merged = dict(delays_ms)
@@ -282,8 +378,16 @@ def run(
     signal.signal(signal.SIGTERM, on_stop)
     signal.signal(signal.SIGINT, on_stop)
     signal.signal(signal.SIGHUP, on_hup)
-    relay = Relay(fd, delays, max_queue, tick)
-    log.info("delay relay on %s: %d networks, default %g ms, queue %d", dev, delays.size, default_ms, max_queue)
+    schedules = uplink_schedules(uplinks or {}, time.monotonic())
+    relay = Relay(fd, delays, max_queue, tick, schedules)
+    log.info(
+        "delay relay on %s: %d networks, %d uplinks, default %g ms, queue %d",
+        dev,
+        delays.size,
+        schedules.size,
+        default_ms,
+        max_queue,
+    )
     try:
         while not flags["stop"]:
             if relay.step([rfd], 0.5):
@@ -331,6 +435,7 @@ class DelayRelay:
         dev: str,
         delays_ms: Mapping[str, float] | None = None,
         *,
+        uplinks: Mapping[str, Uplink] | None = None,
         map_file: Path | None = None,
         default_ms: float = 0.0,
         max_queue: int = 20000,
@@ -345,6 +450,8 @@ class DelayRelay:
         cmd += ["--default-ms", f"{default_ms:g}", "--max-queue", str(max_queue), "--tick-ms", f"{tick_ms:g}"]
         for net, ms in (delays_ms or {}).items():
             cmd += ["--map", f"{net}={float(ms)!r}"]
+        for net, up in (uplinks or {}).items():
+            cmd += ["--uplink", f"{net}={up.text()}"]
         if map_file is not None:
             cmd += ["--map-file", str(map_file)]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -409,6 +516,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m dyncc.lab.delay", description=__doc__.splitlines()[0])
     parser.add_argument("--dev", required=True, help="tun device to attach to (it must exist)")
     parser.add_argument("--map", action="append", default=[], metavar="NETWORK=MS", help="a source network's delay")
+    parser.add_argument(
+        "--uplink",
+        action="append",
+        default=[],
+        metavar="NETWORK=BUSY_MS/QUIET_S/BUSY_S",
+        help="a source network's busy uplink (module docstring)",
+    )
     parser.add_argument("--map-file", type=Path, help="file of '<network> <ms>' lines, re-read on SIGHUP")
     parser.add_argument("--default-ms", type=float, default=0.0, help="delay of sources outside the map")
     parser.add_argument("--max-queue", type=int, default=20000, help="packets held at most (more are dropped)")
@@ -417,7 +531,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     try:
         delays = dict(parse_map_arg(item) for item in args.map)
-        return run(args.dev, delays, args.map_file, args.default_ms, args.max_queue, args.tick_ms / 1000)
+        uplinks = dict(parse_uplink_arg(item) for item in args.uplink)
+        return run(args.dev, delays, args.map_file, args.default_ms, args.max_queue, args.tick_ms / 1000, uplinks)
     except DelayError as exc:
         print(f"delay relay: {exc}", file=sys.stderr)
         return 2

@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from dyncc.lab.delay import Uplink
 from dyncc_common.errors import DynccError
 
 Command = list[str]
@@ -61,6 +62,11 @@ class PathSpec:
     loss: float = 0.0  # fraction of data packets dropped at random (0..0.5)
     queue: QueueKind = "pfifo"
     limit: int = 100  # leaf queue limit: packets (pfifo) or bytes (bfifo)
+    # a busy uplink (the relay's Uplink): the client -> edge direction waits this much more while
+    # the client uploads (quiet and busy phases of these mean lengths, per prefix); 0: never busy
+    uplink_busy_ms: float = 0.0
+    uplink_quiet_s: float = 4.0
+    uplink_busy_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.rate_bps < 8_000:
@@ -73,6 +79,20 @@ class PathSpec:
             raise PathError(f"queue kind {self.queue!r}: pfifo or bfifo")
         if self.limit < 1:
             raise PathError(f"queue limit {self.limit} must be positive")
+        if not 0.0 <= self.uplink_busy_ms <= 10_000.0:
+            raise PathError(f"uplink delay {self.uplink_busy_ms} ms outside 0..10000")
+        if not (0.05 <= self.uplink_quiet_s <= 3600 and 0.05 <= self.uplink_busy_s <= 3600):
+            raise PathError("uplink phases must be 0.05..3600 s")
+
+    @property
+    def delayed(self) -> bool:
+        """Whether the client -> edge direction goes through the relay."""
+        return self.delay_ms > 0 or self.uplink_busy_ms > 0
+
+    def uplink(self) -> Uplink | None:
+        if self.uplink_busy_ms <= 0:
+            return None
+        return Uplink(self.uplink_busy_ms, self.uplink_quiet_s, self.uplink_busy_s)
 
 
 # ------------------------------------------------------------------ the classes
@@ -121,9 +141,21 @@ class PathClass:
 
 #: Long path, a few Mbit/s, random loss: BBR beats CUBIC clearly.
 LOSSY = PathSpec(rate_bps=6_000_000, delay_ms=50.0, loss=0.01, queue="pfifo", limit=100)
-#: A deep FIFO (600 ms at its rate) shared by all prefixes of the link: CUBIC flows fill it,
-#: BBR flows (capped at 2 BDP of the empty-queue RTT) lose their share.
-DEEP = PathSpec(rate_bps=4_000_000, delay_ms=30.0, loss=0.0, queue="bfifo", limit=300_000)
+#: A bloated access link: a deep FIFO downstream (600 ms at its rate) and an uplink whose queue
+#: fills while the client uploads (600 ms more on the ACKs for about 1 s, every 2.5 s or so,
+#: each prefix on its own schedule).  CUBIC's window covers the longer round trip out of the deep
+#: FIFO; BBR keeps about two BDPs of the minimum RTT in flight, so the downlink idles while the
+#: ACKs wait (docs/performance.md, "Lab paths").
+DEEP = PathSpec(
+    rate_bps=4_000_000,
+    delay_ms=30.0,
+    loss=0.0,
+    queue="bfifo",
+    limit=300_000,
+    uplink_busy_ms=600.0,
+    uplink_quiet_s=1.5,
+    uplink_busy_s=1.0,
+)
 #: Fast, no loss, >= 20 ms RTT.
 FINE = PathSpec(rate_bps=40_000_000, delay_ms=20.0, loss=0.0, queue="pfifo", limit=300)
 #: Rate-limited like a poor path but no added delay (min_rtt < 2 ms).
@@ -140,7 +172,7 @@ CLASSES: Mapping[str, PathClass] = {
     c.name: c
     for c in (
         PathClass("lossy", (LOSSY,)),
-        PathClass("deep", (DEEP,), shared=True),
+        PathClass("deep", (DEEP,)),
         PathClass("alternating", (ALTERNATING_SLOW, ALTERNATING_FAST)),
         PathClass("fine", (FINE,)),
         PathClass("lowrtt", (LOWRTT,)),
@@ -334,3 +366,13 @@ def delay_commands(
 def delay_map(entries: Sequence[Entry]) -> dict[str, float]:
     """prefix -> delay in ms, for the relay (dyncc.lab.delay)."""
     return {str(_network(p)): entry[1].delay_ms for entry in entries for p in _prefixes(entry)}
+
+
+def uplink_map(entries: Sequence[Entry]) -> dict[str, Uplink]:
+    """prefix -> its busy uplink, for the relay (the entries whose spec has one; each prefix its own)."""
+    out: dict[str, Uplink] = {}
+    for entry in entries:
+        up = entry[1].uplink()
+        if up is not None:
+            out.update((str(_network(p)), up) for p in _prefixes(entry))
+    return out

@@ -2,14 +2,14 @@
 
 - paths: on the router's egress towards each client namespace, one htb class per client prefix
   with its path class's rate and queue (u32 filter on the destination), random loss from a tc BPF
-  program (built with clang), and the delay relay for the client -> edge direction
-  (dyncc/lab/paths.py, dyncc/lab/delay.py, dyncc/lab/bpf_build.py); alternating
+  program (built with clang), and the delay relay for the client -> edge direction, with a busy
+  uplink per deep prefix (dyncc/lab/paths.py, dyncc/lab/delay.py, dyncc/lab/bpf_build.py); alternating
   prefixes switch between their poor and their fine path every round (`shape_round`);
 - web: nginx on every edge host serving the object catalogue, access log in the `dyncc` format
   (dyncc/lab/web.py);
 - clients: one HTTP load process per client namespace, one virtual client per prefix (three for an
-  alternating prefix, one request per connection; a shorter think time for a low-RTT prefix:
-  CLIENTS_PER_PREFIX, KEEPALIVE_BY_CLASS, THINK_BY_CLASS), each
+  alternating prefix, two for a lossy or deep one, one request per connection; a shorter think time
+  for low-RTT, lossy and deep prefixes: CLIENTS_PER_PREFIX, KEEPALIVE_BY_CLASS, THINK_BY_CLASS), each
   asking its POP's edge hosts (dyncc/lab/http_load.py);
 - access logs: each edge host's new lines are loaded into http_requests every round
   (controller.ingest.access_loader), and copied beside a recording at the end.
@@ -32,7 +32,7 @@ from controller.ingest.access_loader import AccessLogLoader
 from controller.store import Store
 from dyncc.lab import paths as lab_paths
 from dyncc.lab.bpf_build import build_random_drop
-from dyncc.lab.delay import DelayRelay
+from dyncc.lab.delay import DelayRelay, Uplink
 from dyncc.lab.http_load import HttpLoad, LoadConfig, VirtualClient
 from dyncc.lab.topology import ClientHost, ClientPrefix, Topology, run_all
 from dyncc.lab.web import EdgeWeb, catalogue, write_docroot
@@ -47,11 +47,14 @@ log = logging.getLogger("dyncc.lab")
 # "Alternating prefixes").  A low-RTT prefix (3 Mbit/s) also fell below the samples a bucket needs
 # in some rounds under load; its one client thinks less (THINK_BY_CLASS, a factor on the lab's mean
 # think time) so it makes more transfers, still one at a time: a second client's flow would fill
-# the prefix's queue and a new connection's min_rtt would then include that queue.
+# the prefix's queue and a new connection's min_rtt would then include that queue.  Lossy and deep
+# prefixes, which run trials, think less too: a trial judges one p10 per bucket, and with the
+# lab's think time their buckets held 12-14 samples, whose p10 varied from bucket to bucket by
+# about as much as BBR's effect on deep prefixes (docs/lab.md, "Lossy and deep prefixes").
 CLIENTS_PER_PREFIX = {"alternating": 3, "lossy": 2, "deep": 2}
 KEEPALIVE = 2
 KEEPALIVE_BY_CLASS = {"alternating": 1, "lossy": 1, "deep": 1}
-THINK_BY_CLASS = {"lowrtt": 1 / 3}
+THINK_BY_CLASS = {"lowrtt": 1 / 3, "deep": 1 / 3, "lossy": 1 / 3}
 
 
 def class_network_of(p: ClientPrefix) -> ipaddress.IPv6Network:
@@ -99,6 +102,7 @@ class LabServices:
         for e in topo.edges:
             cmds += lab_paths.sender_commands(e.ns, "eth0")
         delays: dict[str, float] = {}
+        uplinks: dict[str, Uplink] = {}
         delayed: list[str] = []
         for c in topo.clients:
             cmds += lab_paths.shaping_commands(topo.router_ns, c.link.router_if, self._specs(c, 0))
@@ -109,17 +113,20 @@ class LabServices:
             if spec.loss > 0:
                 obj = build_random_drop(spec.loss, bpf_dir)
                 cmds += lab_paths.loss_commands(topo.router_ns, c.link.router_if, str(obj))
-            if spec.delay_ms > 0:
+            if spec.delayed:
                 delayed.append(c.link.router_if)
                 for p in c.prefixes:
                     net = p.prefix if p.family == 4 else str(class_network_of(p))
                     delays[net] = spec.delay_ms
+                uplinks.update(lab_paths.uplink_map(self._specs(c, 0)))
         if delayed:
             cmds += lab_paths.delay_commands(topo.router_ns, delayed)
         run_all(cmds)
         if delayed:
             self.relay = DelayRelay()
-            self.relay.start(topo.router_ns, lab_paths.DELAY_DEV, delays, log_path=self.workdir / "delay-relay.log")
+            self.relay.start(
+                topo.router_ns, lab_paths.DELAY_DEV, delays, uplinks=uplinks, log_path=self.workdir / "delay-relay.log"
+            )
 
     def _specs(self, c: ClientHost, round_no: int) -> list[tuple[str | tuple[str, ...], lab_paths.PathSpec]]:
         pc = lab_paths.path_class(c.klass)

@@ -6,6 +6,7 @@ import contextlib
 import ipaddress
 import os
 import shutil
+import statistics
 import struct
 import subprocess
 import sys
@@ -110,6 +111,71 @@ def test_relay_queue_bound_and_release_order():
         assert written == [b"x"]
         relay.release(100.06)
         assert written == [b"x", _v4("198.51.100.1")] and not relay.held
+    finally:
+        os.close(rfd)
+        os.close(wfd)
+
+
+def test_uplink_phases_alternate_repeatably_with_their_mean_lengths():
+    up = delay.Uplink(busy_ms=400.0, quiet_s=3.0, busy_s=2.0)
+    a, b = delay.UplinkSchedule(up, seed=7, start=0.0), delay.UplinkSchedule(up, seed=7, start=0.0)
+    other = delay.UplinkSchedule(up, seed=8, start=0.0)
+    times = [i * 0.01 for i in range(400_000)]  # 4000 s
+    extras = [a.extra(t) for t in times]
+    assert extras == [b.extra(t) for t in times]  # the same seed: the same phases
+    assert extras != [other.extra(t) for t in times]
+    assert set(extras) == {0.0, 0.4}
+    busy_share = extras.count(0.4) / len(extras)
+    assert busy_share == pytest.approx(2.0 / 5.0, abs=0.05)  # busy / (busy + quiet)
+    phases, t = [], 0.0  # walk the phases of a fresh schedule at their boundaries
+    walk = delay.UplinkSchedule(up, seed=7, start=0.0)
+    walk.extra(t)
+    for _ in range(2000):
+        phases.append((walk.busy, walk.until - t))
+        t = walk.until
+        assert walk.extra(t) == (0.4 if not phases[-1][0] else 0.0)  # each boundary flips the phase
+    busy_runs = [d for busy, d in phases if busy]
+    quiet_runs = [d for busy, d in phases if not busy]
+    assert min(busy_runs) >= 1.0 and max(busy_runs) <= 3.0  # uniform in 0.5..1.5 x 2 s
+    assert statistics.mean(busy_runs) == pytest.approx(2.0, rel=0.05)
+    assert statistics.mean(quiet_runs) == pytest.approx(3.0, rel=0.1)  # exponential, mean 3 s
+
+
+def test_uplink_arguments():
+    assert delay.parse_uplink_arg("2001:db8:101:300::/56=400/3/2") == ("2001:db8:101:300::/56", delay.Uplink(400, 3, 2))
+    assert delay.parse_uplink_arg("198.51.100.0/24=" + delay.Uplink(250, 1.5, 0.5).text())[1] == delay.Uplink(
+        250, 1.5, 0.5
+    )
+    for bad in ("198.51.100.0/24", "198.51.100.0/24=400/3", "198.51.100.0/24=x/3/2", "198.51.100.0/24=-1/3/2"):
+        with pytest.raises(DelayError):
+            delay.parse_uplink_arg(bad)
+    with pytest.raises(DelayError, match=r"0\.05\.\.3600"):
+        delay.Uplink(100, 0.0, 1.0)
+    with pytest.raises(DelayError, match="uplink map"):
+        delay.uplink_schedules({"nope": delay.Uplink(100, 1, 1)}, 0.0)
+
+
+def test_relay_keeps_one_uplink_in_order_when_its_upload_ends():
+    """A busy uplink is a FIFO: a packet that comes after the busy phase waits behind those in it."""
+    rfd, wfd = os.pipe()
+    os.set_blocking(rfd, False)
+    try:
+        uplinks = delay.uplink_schedules({"198.51.100.0/24": delay.Uplink(400, 3, 2)}, start=0.0)
+        sched = uplinks.lookup(_v4("198.51.100.9"))
+        assert isinstance(sched, delay.UplinkSchedule)
+        sched.busy, sched.until = True, 100.1  # busy until t = 100.1, then quiet
+        relay = delay.Relay(wfd, DelayMap({"198.51.100.0/24": 30, "203.0.113.0/24": 30}), 100, uplinks=uplinks)
+        relay.fd = rfd
+        for t, src in ((100.0, "198.51.100.1"), (100.2, "198.51.100.2"), (100.2, "203.0.113.1")):
+            os.write(wfd, _v4(src))
+            relay.read_ready(t)
+        due = {pkt: t for t, _, pkt in relay.held}
+        assert due[_v4("198.51.100.1")] == pytest.approx(100.43)  # 30 ms + 400 ms in the busy uplink
+        assert due[_v4("198.51.100.2")] == pytest.approx(100.43)  # quiet now, but behind the first: not before it
+        assert due[_v4("203.0.113.1")] == pytest.approx(100.23)  # another source: its own delay only
+        os.write(wfd, _v4("198.51.100.3"))
+        relay.read_ready(101.0)
+        assert max(t for t, _, _ in relay.held) == pytest.approx(101.03)  # the queue has drained
     finally:
         os.close(rfd)
         os.close(wfd)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from dyncc.lab import bpf_build, paths
-from dyncc.lab.delay import TUN_PATH, DelayRelay
+from dyncc.lab.delay import TUN_PATH, DelayRelay, Uplink
 from dyncc.lab.paths import PathClass, PathError, PathSpec
 from tests.support.lab_util import delay_teardown_commands, shaping_teardown_commands
 from tests.support.netns_util import namespaces, new_ns_name, require_root, sh, veth_pair
@@ -44,6 +44,8 @@ def test_spec_validation():
         dict(rate_bps=10**6, loss=0.6),
         dict(rate_bps=10**6, queue="fq"),
         dict(rate_bps=10**6, limit=0),
+        dict(rate_bps=10**6, uplink_busy_ms=-1),
+        dict(rate_bps=10**6, uplink_busy_ms=100, uplink_quiet_s=0),
     ):
         with pytest.raises(PathError):
             PathSpec(**bad)
@@ -54,7 +56,12 @@ def test_default_classes():
     for c in paths.CLASSES.values():
         for spec in c.specs:
             assert (spec.delay_ms >= 20) == (c.name != "lowrtt")  # every class but lowrtt has >= 20 ms RTT
-    assert paths.CLASSES["lossy"].spec().loss > 0 and paths.CLASSES["deep"].shared
+    assert paths.CLASSES["lossy"].spec().loss > 0
+    deep = paths.CLASSES["deep"]
+    # a bloated access link per prefix: a deep FIFO of its own and a busy uplink (not one FIFO for the class)
+    assert not deep.shared and deep.spec().queue == "bfifo" and deep.spec().limit * 8 / deep.spec().rate_bps >= 0.5
+    assert deep.spec().uplink() is not None and deep.spec().delayed
+    assert all(c.spec().uplink() is None for name, c in paths.CLASSES.items() if name != "deep")
     fine, lowrtt = paths.CLASSES["fine"].spec(), paths.CLASSES["lowrtt"].spec()
     assert fine.rate_bps >= 30_000_000 and lowrtt.rate_bps <= 5_000_000 and lowrtt.delay_ms == 0
     alt = paths.CLASSES["alternating"]
@@ -127,6 +134,14 @@ def test_shaping_commands():
         "2001:db8:101:200::/56": 30.0,
         "2001:db8:101:300::/56": 30.0,
     }
+    assert paths.uplink_map(entries) == {}
+    busy = PathSpec(rate_bps=4_000_000, delay_ms=30.0, uplink_busy_ms=400.0, uplink_quiet_s=3.0, uplink_busy_s=2.0)
+    shared = (("2001:db8:101:200::/56", "2001:db8:101:300::/56"), busy)
+    assert paths.uplink_map([*entries[:2], shared]) == {  # one uplink per prefix, even in a shared class
+        "2001:db8:101:200::/56": Uplink(400.0, 3.0, 2.0),
+        "2001:db8:101:300::/56": Uplink(400.0, 3.0, 2.0),
+    }
+    assert PathSpec(rate_bps=10**6, uplink_busy_ms=100).delayed and not PathSpec(rate_bps=10**6).delayed
     with pytest.raises(PathError, match="twice"):
         paths.shaping_commands("n", "d", [("198.51.100.0/24", SLOW), ("198.51.100.0/24", FAST)])
     with pytest.raises(PathError, match="canonical"):
@@ -390,3 +405,35 @@ def test_relay_delays_by_source_prefix(tmp_path):
         assert max(rtts[0]) < 5, rtts
     log = (tmp_path / "relay.log").read_text()
     assert "stopped" in log and " 0 dropped" in log
+
+
+@pytest.mark.netns
+def test_relay_busy_uplink_adds_its_delay_in_busy_phases_only(tmp_path):
+    """A prefix with a busy uplink sees its delay jump by the uplink's busy delay now and then; another
+    prefix behind the same relay keeps its own delay."""
+    _tools()
+    if not os.path.exists(TUN_PATH):
+        pytest.skip(f"needs {TUN_PATH}")
+    relay = DelayRelay()
+    with three_namespaces() as lab:
+        try:
+            for cmd in paths.delay_commands(lab.rtr, ["cli"]):
+                sh(*cmd)
+            delays = {V6_PREFIXES[0]: 20.0, V6_PREFIXES[1]: 20.0}
+            uplinks = {V6_PREFIXES[0]: Uplink(busy_ms=200.0, quiet_s=0.5, busy_s=0.5)}
+            relay.start(lab.rtr, paths.DELAY_DEV, delays, uplinks=uplinks, log_path=tmp_path / "relay.log")
+            pairs = [(EDGE_V6, V6_CLIENTS[0]), (EDGE_V6, V6_CLIENTS[1])]
+            busy, other = json.loads(_py(lab.cli, PING.format(count=50, pairs=pairs)))
+        finally:
+            assert relay.stop() in (0, None)
+            for cmd in delay_teardown_commands(lab.rtr, ["cli"]):
+                sh(*cmd, check=False)
+    busy_rtts = [x for x in busy if x is not None]
+    assert len(busy_rtts) >= 45 and min(busy_rtts) >= 20, busy
+    quiet_phase = [x for x in busy_rtts if x < 60]
+    busy_phase = [x for x in busy_rtts if 200 <= x < 260]
+    assert len(quiet_phase) >= 5 and len(busy_phase) >= 5, busy  # both phases seen
+    assert len(quiet_phase) + len(busy_phase) >= len(busy_rtts) - 3, busy  # little in between
+    other_rtts = [x for x in other if x is not None]
+    assert len(other_rtts) >= 45 and 20 <= statistics.median(other_rtts) < 26 and max(other_rtts) < 60, other
+    assert "1 uplinks" in (tmp_path / "relay.log").read_text()

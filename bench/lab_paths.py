@@ -11,9 +11,10 @@ client namespace per class holding two IPv6 /56 client prefixes: the edge routes
 with `congctl cubic`, the other with `congctl bbr`.  The edge sends one segment per skb
 (paths.sender_commands; --gso keeps 64 KB GSO bursts, to compare).
 
-Per class, two threads (one per prefix, so CUBIC and BBR run at the same time: on their own
+Per class, two threads (one per prefix, so CUBIC and BBR run at the same time, on their own
 htb classes, or on one shared FIFO for a shared class such as deep-shared, deep's spec with both
-prefixes in one FIFO; deep-quiet is deep's spec without the busy uplink) each run `--transfers`
+prefixes in one FIFO; deep-quiet is deep's spec without the busy uplink; with --streams N, N
+threads per prefix, each from its own address in the prefix) each run `--transfers`
 transfers of every size: connect, request N bytes,
 read them (goodput = N / time from request to last byte), then read the edge socket's
 tcp_info with `ss -ti` (delivery_rate, min_rtt, retransmits) before closing; with --poll, also
@@ -116,6 +117,7 @@ class Lab:
     server: subprocess.Popen[bytes] | None = None
     made: list[str] = field(default_factory=list)
     tick_ms: float = 1.0
+    streams: int = 1  # client addresses (concurrent transfers) per prefix
 
     @property
     def edge(self) -> str:
@@ -133,8 +135,8 @@ class Lab:
         return f"2001:db8:a:{k * 2 + j + 1:x}00::/56"
 
     @staticmethod
-    def addr(k: int, j: int) -> str:
-        return f"2001:db8:a:{k * 2 + j + 1:x}00::2"
+    def addr(k: int, j: int, stream: int = 0) -> str:
+        return f"2001:db8:a:{k * 2 + j + 1:x}00::{stream + 2:x}"
 
     def build(self) -> None:
         names = [self.edge, self.rtr, *(self.client_ns(k) for k in range(len(self.classes)))]
@@ -167,7 +169,8 @@ class Lab:
             sh("ip", "-n", c, "-6", "route", "add", "default", "via", link_r)
             prefixes = []
             for j, cc in enumerate(("cubic", "bbr")):
-                sh("ip", "-n", c, "addr", "add", f"{self.addr(k, j)}/128", "dev", "eth0", "nodad")
+                for stream in range(self.streams):
+                    sh("ip", "-n", c, "addr", "add", f"{self.addr(k, j, stream)}/128", "dev", "eth0", "nodad")
                 sh("ip", "-n", r, "-6", "route", "add", self.prefix(k, j), "via", link_c, "dev", dev)
                 sh(
                     "ip",
@@ -288,9 +291,10 @@ def transfers(
     out: list[Sample],
     stop: threading.Event,
     poll: float = 0.0,
+    stream: int = 0,
 ) -> None:
     enter_ns(lab.client_ns(k))
-    src = lab.addr(k, j)
+    src = lab.addr(k, j, stream)
     for _ in range(20):  # neighbour discovery on fresh links: the first SYN may fail
         try:
             with socket.create_connection((EDGE_V6, PORT), timeout=5, source_address=(src, 0)):
@@ -478,6 +482,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--poll", type=float, default=0.0, help="also sample delivery_rate every POLL s of each transfer (as the lab)"
     )
+    parser.add_argument(
+        "--streams", type=int, default=1, help="concurrent transfers per prefix (the lab runs two clients per prefix)"
+    )
     parser.add_argument("--json", type=Path, help="write the summary here")
     args = parser.parse_args(argv)
     if os.geteuid() != 0 or not shutil.which("tc"):
@@ -492,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     apply_sets(classes, args.set)
     sizes = [int(s) for s in args.sizes.split(",") if s]
     objdir = Path(tempfile.mkdtemp(prefix="hpa-bench-"))
-    lab = Lab(uuid.uuid4().hex[:5], classes, args.gso, objdir, tick_ms=args.relay_tick_ms)
+    lab = Lab(uuid.uuid4().hex[:5], classes, args.gso, objdir, tick_ms=args.relay_tick_ms, streams=args.streams)
     samples: list[Sample] = []
     stop = threading.Event()
     try:
@@ -504,10 +511,11 @@ def main(argv: list[str] | None = None) -> int:
         cpu0, tun0, t0 = (cpu_times(pid) if pid else (0.0, 0.0)), (tun_packets(lab.rtr) if pid else 0), time.monotonic()
         threads = [
             threading.Thread(
-                target=transfers, args=(lab, k, name, j, cc, sizes, args.transfers, samples, stop, args.poll)
+                target=transfers, args=(lab, k, name, j, cc, sizes, args.transfers, samples, stop, args.poll, stream)
             )
             for k, name in enumerate(classes)
             for j, cc in enumerate(("cubic", "bbr"))
+            for stream in range(args.streams)
         ]
         for t in threads:
             t.start()

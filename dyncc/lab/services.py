@@ -8,8 +8,9 @@
 - web: nginx on every edge host serving the object catalogue, access log in the `dyncc` format
   (dyncc/lab/web.py);
 - clients: one HTTP load process per client namespace, one virtual client per prefix (three for an
-  alternating prefix, two for a lossy or deep one, one request per connection; a shorter think time
-  for low-RTT, lossy and deep prefixes: CLIENTS_PER_PREFIX, KEEPALIVE_BY_CLASS, THINK_BY_CLASS), each
+  alternating prefix; one request per connection for alternating, lossy and deep prefixes; a shorter
+  think time for low-RTT, lossy and deep prefixes: CLIENTS_PER_PREFIX, KEEPALIVE_BY_CLASS,
+  THINK_BY_CLASS), each
   asking its POP's edge hosts (dyncc/lab/http_load.py);
 - access logs: each edge host's new lines are loaded into http_requests every round
   (controller.ingest.access_loader), and copied beside a recording at the end.
@@ -48,13 +49,15 @@ log = logging.getLogger("dyncc.lab")
 # in some rounds under load; its one client thinks less (THINK_BY_CLASS, a factor on the lab's mean
 # think time) so it makes more transfers, still one at a time: a second client's flow would fill
 # the prefix's queue and a new connection's min_rtt would then include that queue.  Lossy and deep
-# prefixes, which run trials, think less too: a trial judges one p10 per bucket, and with the
-# lab's think time their buckets held 12-14 samples, whose p10 varied from bucket to bucket by
-# about as much as BBR's effect on deep prefixes (docs/lab.md, "Lossy and deep prefixes").
-CLIENTS_PER_PREFIX = {"alternating": 3, "lossy": 2, "deep": 2}
+# prefixes, which run trials, have one client that thinks a quarter of the lab's think time: a
+# trial judges one p10 per bucket, which needs many samples, but two clients' flows overlapping on
+# the prefix's bottleneck shrank the effect the trial measures (lossy: two CUBIC flows, each
+# limited by the loss, fill the link much as two BBR flows do; deep: two BBR flows together keep
+# more in flight than one; docs/lab.md, "Lossy and deep prefixes").
+CLIENTS_PER_PREFIX = {"alternating": 3}
 KEEPALIVE = 2
 KEEPALIVE_BY_CLASS = {"alternating": 1, "lossy": 1, "deep": 1}
-THINK_BY_CLASS = {"lowrtt": 1 / 3, "deep": 1 / 3, "lossy": 1 / 3}
+THINK_BY_CLASS = {"lowrtt": 1 / 3, "lossy": 1 / 4, "deep": 1 / 4}
 
 
 def class_network_of(p: ClientPrefix) -> ipaddress.IPv6Network:

@@ -55,7 +55,9 @@ class LabSettings(Settings):
     lossy: int = setting(
         10, INT, "prefixes per POP on a long, rate-limited path with random loss", validator=_not_negative
     )
-    deep: int = setting(6, INT, "prefixes per POP behind a deep-buffer bottleneck", validator=_not_negative)
+    deep: int = setting(
+        6, INT, "prefixes per POP behind a bloated access link (deep FIFO, busy uplink)", validator=_not_negative
+    )
     alternating: int = setting(6, INT, "prefixes per POP whose path is poor every other round", validator=_not_negative)
     lowrtt: int = setting(4, INT, "prefixes per POP on a rate-limited, low-RTT path", validator=_not_negative)
     lookback_buckets: int = setting(8, INT, "scoring lookback in rounds")

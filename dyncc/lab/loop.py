@@ -65,26 +65,16 @@ class LabOptions:
         return 0
 
 
-#: The share of a POP's fine prefixes that count in a bucket (>= the qualifying samples a bucket
-#: needs, app-limited ones left out): a median 16 of 38 in a `make demo` run.  Their 40 Mbit/s
-#: transfers are mostly over before a 500 ms poll sees them past 100 KB, and 37-41 % of the
-#: samples they do have are app-limited (docs/lab.md, "A known limit ...").
-FINE_COUNTED_SHARE = 0.45
-
-
 def threshold_for(topo: lab_topology.Topology) -> float:
-    """A threshold quantile just above the share of prefixes on a poor path among those that count
-    in a round (per POP): every prefix on a poor path counts, a fine one FINE_COUNTED_SHARE of the time.
+    """A threshold quantile just above the share of prefixes on a poor path in a round (per POP).
 
     ClickHouse's quantileExact(q) over n values is the value at index floor(q * n); a prefix is
-    bad when below it, so floor(q * n) over the prefixes that count should cover the prefixes
-    shaped in a round.
+    bad when below it, so floor(q * n) should cover the prefixes shaped in a round.
     """
     prefixes = [p for p in topo.prefixes if p.pop == topo.pops[0]]
+    n = len(prefixes)
     slow = sum(1 for p in prefixes if p.slow_in_round(0))
-    fine = sum(1 for p in prefixes if p.klass == "fine")
-    counted = len(prefixes) - fine + FINE_COUNTED_SHARE * fine
-    return min((slow + 0.5) / counted, 0.95) if prefixes else 0.2
+    return min((slow + 0.5) / n, 0.95) if n else 0.2
 
 
 class RoundControl(Protocol):

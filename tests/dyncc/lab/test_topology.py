@@ -9,7 +9,7 @@ import pytest
 
 from dyncc.lab import table as lab_table
 from dyncc.lab import topology as lab_topology
-from dyncc.lab.loop import FINE_COUNTED_SHARE, class_rows, threshold_for
+from dyncc.lab.loop import class_rows, threshold_for
 from dyncc.lab.model import ControlOutcome, PrefixScore
 from dyncc.lab.telemetry import NewSockets, Recorder, read_recording, shift_batch
 from tests.support.recording import make_batch
@@ -110,14 +110,11 @@ def test_threshold_covers_the_poor_paths_of_a_round():
     for layout in (lab_topology.Layout(), lab_topology.Layout(per_pop=80, lossy=12, deep=8, alternating=8)):
         topo = lab_topology.describe("q", layout)
         mine = [p for p in topo.prefixes if p.pop == topo.pops[0]]
-        fine = sum(p.klass == "fine" for p in mine)
-        counted = len(mine) - fine + round(FINE_COUNTED_SHARE * fine)  # a fine prefix counts in some buckets only
+        n = len(mine)
         q = threshold_for(topo)
         poor = sum(p.slow_in_round(0) for p in mine)
-        # quantileExact(q) = sorted[floor(q * n)] over the prefixes that count: those strictly below
-        # are the poor ones; when every fine prefix counts, the poor ones are still all below
-        assert int(q * counted) == poor
-        assert int(q * len(mine)) >= poor
+        # quantileExact(q) = sorted[floor(q * n)]: the prefixes strictly below are the poor ones
+        assert int(q * n) == poor
 
 
 def test_asn_rows_use_documentation_asns():

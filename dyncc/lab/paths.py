@@ -141,13 +141,13 @@ class PathClass:
 
 #: Long path, a few Mbit/s, random loss: BBR beats CUBIC clearly.
 LOSSY = PathSpec(rate_bps=6_000_000, delay_ms=50.0, loss=0.01, queue="pfifo", limit=100)
-#: A bloated access link: a deep FIFO downstream (600 ms at its rate) and an uplink whose queue
+#: A bloated access link: a deep FIFO downstream (800 ms at its rate) and an uplink whose queue
 #: fills while the client uploads (600 ms more on the ACKs for about 1 s, every 2.5 s or so,
 #: each prefix on its own schedule).  CUBIC's window covers the longer round trip out of the deep
 #: FIFO; BBR keeps about two BDPs of the minimum RTT in flight, so the downlink idles while the
 #: ACKs wait (docs/performance.md, "Lab paths").
 DEEP = PathSpec(
-    rate_bps=4_000_000,
+    rate_bps=3_000_000,
     delay_ms=30.0,
     loss=0.0,
     queue="bfifo",

@@ -7,7 +7,8 @@ One process per client namespace (stdlib only, so it starts fast):
 Each virtual client is bound to its own source address (which must be on an interface of the
 namespace) and loops: think (exponential, mean --think), pick one of its edges at random (the
 POP's load balancer), connect, make 1 to --keepalive GETs on that connection (an object drawn
-by the catalogue's weights, the whole body read; a think time before each later request too),
+by the catalogue's weights, of at least --min-size bytes, the whole body read; a think time
+before each later request too),
 close.  At most --max-active transfers run at once per process (the others wait), so the rate
 is bounded by the clients, the think time and that cap.  SIGTERM (or --duration) stops it
 within about a second; one stats line (`http_load key=value ...`) goes to stderr on exit.
@@ -100,6 +101,15 @@ class LoadConfig:
     max_active: int = DEFAULT_MAX_ACTIVE
     timeout: float = DEFAULT_TIMEOUT
     copies: int = COPIES
+    min_size: int = 0  # only the catalogue's objects of at least this many bytes (0: all)
+
+
+def objects_of(cfg: LoadConfig) -> list[WebObject]:
+    """The objects the clients of `cfg` ask for: the catalogue, or its objects of >= cfg.min_size bytes."""
+    objects = [o for o in catalogue(cfg.copies) if o.size >= cfg.min_size]
+    if not objects:
+        raise ValueError(f"no object of the catalogue has {cfg.min_size} bytes or more")
+    return objects
 
 
 def parse_head(head: bytes) -> tuple[int, int, bool]:
@@ -300,7 +310,7 @@ async def run_async(
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    objects = catalogue(cfg.copies)
+    objects = objects_of(cfg)
     gate = asyncio.Semaphore(cfg.max_active)
     buf = memoryview(bytearray(READ_BUFFER))
     per_client = [Stats() for _ in clients]
@@ -377,7 +387,7 @@ class HttpLoad:
         args = [
             *("--name", name, "--seed", str(seed), "--port", str(c.port), "--think", str(c.think)),
             *("--keepalive", str(c.keepalive), "--max-active", str(c.max_active)),
-            *("--timeout", str(c.timeout), "--copies", str(c.copies)),
+            *("--timeout", str(c.timeout), "--copies", str(c.copies), "--min-size", str(c.min_size)),
             *(a for vc in clients for a in ("--client", vc.arg())),
         ]
         cmd = ["ip", "netns", "exec", ns, sys.executable, "-m", "dyncc.lab.http_load", *args]
@@ -451,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-active", type=int, default=DEFAULT_MAX_ACTIVE, help="concurrent transfers")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="socket timeout, seconds")
     parser.add_argument("--copies", type=int, default=COPIES, help="files per size (as the edges serve)")
+    parser.add_argument("--min-size", type=int, default=0, help="ask only for objects of at least this many bytes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: SIGTERM)")
     parser.add_argument("--name", default="load")
@@ -465,7 +476,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("no clients: give --client or --clients")
     if args.think < 0 or args.keepalive < 1 or args.max_active < 1 or args.timeout <= 0:
         parser.error("--think >= 0, --keepalive >= 1, --max-active >= 1, --timeout > 0")
-    cfg = LoadConfig(args.port, args.think, args.keepalive, args.max_active, args.timeout, args.copies)
+    cfg = LoadConfig(args.port, args.think, args.keepalive, args.max_active, args.timeout, args.copies, args.min_size)
+    try:
+        objects_of(cfg)
+    except ValueError as exc:
+        parser.error(str(exc))
     stats, elapsed = run(clients, cfg, args.seed, args.duration)
     times = os.times()
     print(stats_line(args.name, len(clients), stats, elapsed, times.user + times.system), file=sys.stderr, flush=True)

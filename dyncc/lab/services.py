@@ -9,8 +9,8 @@
   (dyncc/lab/web.py);
 - clients: one HTTP load process per client namespace, one virtual client per prefix (three for an
   alternating prefix; one request per connection for alternating, lossy and deep prefixes; a shorter
-  think time for low-RTT, lossy and deep prefixes: CLIENTS_PER_PREFIX, KEEPALIVE_BY_CLASS,
-  THINK_BY_CLASS), each
+  think time for low-RTT, lossy and deep prefixes, and only the larger objects for lossy and deep
+  ones: CLIENTS_PER_PREFIX, KEEPALIVE_BY_CLASS, THINK_BY_CLASS, MIN_SIZE_BY_CLASS), each
   asking its POP's edge hosts (dyncc/lab/http_load.py);
 - access logs: each edge host's new lines are loaded into http_requests every round
   (controller.ingest.access_loader), and copied beside a recording at the end.
@@ -49,15 +49,17 @@ log = logging.getLogger("dyncc.lab")
 # in some rounds under load; its one client thinks less (THINK_BY_CLASS, a factor on the lab's mean
 # think time) so it makes more transfers, still one at a time: a second client's flow would fill
 # the prefix's queue and a new connection's min_rtt would then include that queue.  Lossy and deep
-# prefixes, which run trials, have one client that thinks a quarter of the lab's think time: a
-# trial judges one p10 per bucket, which needs many samples, but two clients' flows overlapping on
-# the prefix's bottleneck shrank the effect the trial measures (lossy: two CUBIC flows, each
-# limited by the loss, fill the link much as two BBR flows do; deep: two BBR flows together keep
-# more in flight than one; docs/lab.md, "Lossy and deep prefixes").
+# prefixes, which run trials, have one client that asks only for the larger objects (MIN_SIZE_BY_CLASS,
+# those a poll can see past the 100 KB a sample needs) and thinks a third of the lab's think time: a
+# trial judges one p10 per bucket, and a bucket of a few samples gave wild p10s, but two clients'
+# flows overlapping on the prefix's bottleneck shrank the effect the trial measures (lossy: two
+# CUBIC flows, each limited by the loss, fill the link much as two BBR flows do; deep: two BBR
+# flows together keep more in flight than one; docs/lab.md, "Lossy and deep prefixes").
 CLIENTS_PER_PREFIX = {"alternating": 3}
 KEEPALIVE = 2
 KEEPALIVE_BY_CLASS = {"alternating": 1, "lossy": 1, "deep": 1}
-THINK_BY_CLASS = {"lowrtt": 1 / 3, "lossy": 1 / 4, "deep": 1 / 4}
+THINK_BY_CLASS = {"lowrtt": 1 / 3, "lossy": 1 / 3, "deep": 1 / 3}
+MIN_SIZE_BY_CLASS = {"lossy": 150 * 1024, "deep": 150 * 1024}
 
 
 def class_network_of(p: ClientPrefix) -> ipaddress.IPv6Network:
@@ -155,7 +157,8 @@ class LabServices:
             ]
             keepalive = KEEPALIVE_BY_CLASS.get(c.klass, KEEPALIVE)
             think = self.load.cfg.think * THINK_BY_CLASS.get(c.klass, 1.0)
-            cfg = dataclasses.replace(self.load.cfg, keepalive=keepalive, think=think)
+            min_size = MIN_SIZE_BY_CLASS.get(c.klass, 0)
+            cfg = dataclasses.replace(self.load.cfg, keepalive=keepalive, think=think, min_size=min_size)
             self.load.start(c.ns, clients, seed=i + 1, name=c.link.router_if, cfg=cfg)
 
     def stop_clients(self) -> None:

@@ -346,6 +346,33 @@ def test_load_process_requests_reach_the_log(weblab: WebLab, edge_web: web.EdgeW
     assert max(int(m["conn_req"]) for m in lines) > 1
 
 
+def test_load_with_min_size_asks_only_for_the_larger_objects(
+    weblab: WebLab, edge_web: web.EdgeWeb, tmp_path: Path
+) -> None:
+    cfg = http_load.LoadConfig(port=PORT, think=0.05, keepalive=1, min_size=150 * 1024)
+    load = http_load.HttpLoad(cfg, log_dir=tmp_path / "logs")
+    try:
+        load.start(weblab.client, [http_load.VirtualClient(SOURCES_V6[2], (EDGE_V6,))], seed=3, name="big")
+        time.sleep(3.0)
+    finally:
+        load.stop()
+    stats = load.stats()["big"]
+    assert int(stats["requests"]) >= 3 and int(stats["ok"]) == int(stats["requests"]), stats
+    edge_web.stop()
+    sizes = [int(m["body"]) for m in _log_lines(edge_web.access_log) if m["addr"] == SOURCES_V6[2]]
+    assert sizes and min(sizes) >= 150 * 1024, sizes
+
+
+def test_objects_of_keeps_the_objects_of_at_least_min_size() -> None:
+    everything = http_load.objects_of(http_load.LoadConfig())
+    assert everything == web.catalogue()
+    big = http_load.objects_of(http_load.LoadConfig(min_size=150 * 1024))
+    assert big and all(o.size >= 150 * 1024 for o in big)
+    assert {o.uri for o in big} == {o.uri for o in everything if o.size >= 150 * 1024}
+    with pytest.raises(ValueError, match="no object"):
+        http_load.objects_of(http_load.LoadConfig(min_size=10**12))
+
+
 def test_load_stop_without_server_is_quick(weblab: WebLab, tmp_path: Path) -> None:
     """No nginx at all: connections are refused, errors are counted, SIGTERM still ends it."""
     cfg = http_load.LoadConfig(port=PORT, think=0.05)
@@ -366,7 +393,12 @@ def test_load_stop_without_server_is_quick(weblab: WebLab, tmp_path: Path) -> No
 def test_http_load_cli_rejects_bad_args() -> None:
     """The CLI refuses bad arguments with exit 2 before starting anything."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    for args in ([], ["--client", "198.51.100.2"], ["--client", "198.51.100.2=192.0.2.1", "--keepalive", "0"]):
+    for args in (
+        [],
+        ["--client", "198.51.100.2"],
+        ["--client", "198.51.100.2=192.0.2.1", "--keepalive", "0"],
+        ["--client", "198.51.100.2=192.0.2.1", "--min-size", str(10**12)],
+    ):
         done = subprocess.run(
             [sys.executable, "-m", "dyncc.lab.http_load", *args], capture_output=True, text=True, env=env
         )

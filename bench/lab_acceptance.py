@@ -1,9 +1,10 @@
 """The evidence acceptance of the fleet lab: N runs of `dyncc demo` (route mode) and one `dyncc lab
 --enforce bpf`, each summarised per path class (pooled trial effect with its interval;
-trialled / kept / reverted / running), plus the checks the lab must meet: lossy's lower bound
+selected / trialled / kept / reverted / running), plus the checks the lab must meet: lossy's lower bound
 above 0, no lossy prefix reverted, >= 80 % of trialled deep prefixes reverted, no alternating,
-low-RTT or fine prefix trialled, the report's headline figures equal to the terminal summary's,
-and the demo's wall time.  Needs root (network namespaces); not part of the timed suite.
+low-RTT or fine prefix selected (neither trialled nor held out), the report's headline figures
+equal to the terminal summary's, and the demo's wall time.  Needs root (network namespaces); not part
+of the timed suite.
 
     python -m bench.lab_acceptance [--runs 5] [--bpf 1] [--out DIR]
 
@@ -38,6 +39,7 @@ class ClassRow:
     kept: int
     reverted: int
     running: int
+    holdout: int
     effect: str
     goodput: str
 
@@ -68,7 +70,7 @@ def parse(stdout: str) -> tuple[dict[str, ClassRow], list[str]]:
             g = m.groupdict()
             rows[g["klass"]] = ClassRow(
                 g["klass"], int(g["prefixes"]), int(g["trialled"]), int(g["kept"]), int(g["reverted"]),
-                int(g["running"]), g["effect"].strip(), g["goodput"].strip(),
+                int(g["running"]), int(g["holdout"]), g["effect"].strip(), g["goodput"].strip(),
             )  # fmt: skip
         if line.startswith(("BBR effect on", "trials: ", "app-limited samples")):
             evidence.append(line)
@@ -134,11 +136,13 @@ def run_one(name: str, argv: list[str], report: Path | None) -> Run:
 
 def print_run(run: Run) -> None:
     print(f"\n== {run.name}: exit {run.rc}, {run.wall_s:.0f} s wall")
-    print(f"{'class':<12} {'trialled':>8} {'kept':>4} {'reverted':>8} {'running':>7}  p10 delivery rate, BBR vs CUBIC")
+    head = f"{'class':<12} {'selected':>8} {'trialled':>8} {'kept':>4} {'reverted':>8} {'running':>7}"
+    print(f"{head}  p10 delivery rate, BBR vs CUBIC")
     for klass in CLASSES:
         r = run.rows.get(klass)
         if r:
-            print(f"{klass:<12} {r.trialled:>8} {r.kept:>4} {r.reverted:>8} {r.running:>7}  {r.effect}")
+            counts = f"{r.trialled + r.holdout:>8} {r.trialled:>8} {r.kept:>4} {r.reverted:>8} {r.running:>7}"
+            print(f"{klass:<12} {counts}  {r.effect}")
     for line in run.evidence:
         print(f"  {line}")
     if run.report_same is not None:
@@ -160,15 +164,16 @@ def checks(runs: list[Run]) -> list[tuple[str, int, int]]:
         d = r.rows.get("deep")
         return bool(d) and d.trialled > 0 and d.reverted >= 0.8 * d.trialled  # type: ignore[union-attr]
 
-    def never(r: Run) -> bool:
-        return all(r.rows.get(k) is None or r.rows[k].trialled == 0 for k in ("alternating", "lowrtt", "fine"))
+    def never(r: Run) -> bool:  # selected = trialled or held out
+        rows = [r.rows.get(k) for k in ("alternating", "lowrtt", "fine")]
+        return all(row is None or row.trialled + row.holdout == 0 for row in rows)
 
     demos = [r for r in runs if r.report_same is not None]
     return [
         ("lossy: pooled lower bound > 0", met(lossy_lower), len(runs)),
         ("lossy: no prefix reverted", met(lambda r: "lossy" in r.rows and r.rows["lossy"].reverted == 0), len(runs)),
         ("deep: >= 80 % of trialled reverted", met(deep_reverted), len(runs)),
-        ("alternating, low-RTT, fine never trialled", met(never), len(runs)),
+        ("alternating, low-RTT, fine never selected", met(never), len(runs)),
         ("report headline = terminal summary", sum(1 for r in demos if r.report_same), len(demos)),
         ("demo under 8 minutes", sum(1 for r in demos if r.wall_s < 480 and r.rc == 0), len(demos)),
     ]

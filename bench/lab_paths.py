@@ -483,7 +483,10 @@ def main(argv: list[str] | None = None) -> int:
         "--poll", type=float, default=0.0, help="also sample delivery_rate every POLL s of each transfer (as the lab)"
     )
     parser.add_argument(
-        "--streams", type=int, default=1, help="concurrent transfers per prefix (the lab runs two clients per prefix)"
+        "--streams",
+        type=int,
+        default=1,
+        help="concurrent transfers per prefix (the lab: one client per lossy or deep prefix, three per alternating)",
     )
     parser.add_argument("--json", type=Path, help="write the summary here")
     args = parser.parse_args(argv)

@@ -374,18 +374,30 @@ print(json.dumps([ping(d, s, {count}) for d, s in {pairs!r}]))
 """
 
 
-@pytest.mark.netns
-def test_relay_delays_by_source_prefix(tmp_path):
+@contextlib.contextmanager
+def relay_in(lab: Lab, delays: dict[str, float], log: Path, uplinks: dict[str, Uplink] | None = None) -> Iterator[None]:
+    """The delay relay in the router of `lab` for `delays` (and `uplinks`); stopped and its policy
+    routing removed on the way out, on failure too."""
     _tools()
     if not os.path.exists(TUN_PATH):
         pytest.skip(f"needs {TUN_PATH}")
     relay = DelayRelay()
+    try:
+        for cmd in paths.delay_commands(lab.rtr, ["cli"]):
+            sh(*cmd)
+        relay.start(lab.rtr, paths.DELAY_DEV, delays, uplinks=uplinks, log_path=log)
+        yield
+    finally:
+        assert relay.stop() in (0, None)
+        for cmd in delay_teardown_commands(lab.rtr, ["cli"]):
+            sh(*cmd, check=False)
+
+
+@pytest.mark.netns
+def test_relay_delays_by_source_prefix(tmp_path):
     with three_namespaces() as lab:
-        try:
-            for cmd in paths.delay_commands(lab.rtr, ["cli"]):
-                sh(*cmd)
-            delays = {"198.51.100.0/24": 30.0, V6_PREFIXES[0]: 45.0, V6_PREFIXES[1]: 0.0}
-            relay.start(lab.rtr, paths.DELAY_DEV, delays, log_path=tmp_path / "relay.log")
+        delays = {"198.51.100.0/24": 30.0, V6_PREFIXES[0]: 45.0, V6_PREFIXES[1]: 0.0}
+        with relay_in(lab, delays, tmp_path / "relay.log"):
             pairs = [(EDGE_V4, CLIENT_V4), (EDGE_V6, V6_CLIENTS[0]), (EDGE_V6, V6_CLIENTS[1])]
             rtts = json.loads(_py(lab.cli, PING.format(count=15, pairs=pairs)))
             got = [statistics.median(x for x in r if x is not None) for r in rtts]
@@ -393,10 +405,6 @@ def test_relay_delays_by_source_prefix(tmp_path):
             assert 30 <= got[0] < 36, got
             assert 45 <= got[1] < 51, got
             assert got[2] < 2, got
-        finally:
-            assert relay.stop() in (0, None)
-            for cmd in delay_teardown_commands(lab.rtr, ["cli"]):
-                sh(*cmd, check=False)
         assert paths.DELAY_DEV not in sh("ip", "-n", lab.rtr, "link", "show")
         for fam in ("-4", "-6"):
             assert "lookup 100" not in sh("ip", "-n", lab.rtr, fam, "rule", "show")
@@ -411,23 +419,12 @@ def test_relay_delays_by_source_prefix(tmp_path):
 def test_relay_busy_uplink_adds_its_delay_in_busy_phases_only(tmp_path):
     """A prefix with a busy uplink sees its delay jump by the uplink's busy delay now and then; another
     prefix behind the same relay keeps its own delay."""
-    _tools()
-    if not os.path.exists(TUN_PATH):
-        pytest.skip(f"needs {TUN_PATH}")
-    relay = DelayRelay()
     with three_namespaces() as lab:
-        try:
-            for cmd in paths.delay_commands(lab.rtr, ["cli"]):
-                sh(*cmd)
-            delays = {V6_PREFIXES[0]: 20.0, V6_PREFIXES[1]: 20.0}
-            uplinks = {V6_PREFIXES[0]: Uplink(busy_ms=200.0, quiet_s=0.5, busy_s=0.5)}
-            relay.start(lab.rtr, paths.DELAY_DEV, delays, uplinks=uplinks, log_path=tmp_path / "relay.log")
+        delays = {V6_PREFIXES[0]: 20.0, V6_PREFIXES[1]: 20.0}
+        uplinks = {V6_PREFIXES[0]: Uplink(busy_ms=200.0, quiet_s=0.5, busy_s=0.5)}
+        with relay_in(lab, delays, tmp_path / "relay.log", uplinks):
             pairs = [(EDGE_V6, V6_CLIENTS[0]), (EDGE_V6, V6_CLIENTS[1])]
             busy, other = json.loads(_py(lab.cli, PING.format(count=50, pairs=pairs)))
-        finally:
-            assert relay.stop() in (0, None)
-            for cmd in delay_teardown_commands(lab.rtr, ["cli"]):
-                sh(*cmd, check=False)
     busy_rtts = [x for x in busy if x is not None]
     assert len(busy_rtts) >= 45 and min(busy_rtts) >= 20, busy
     quiet_phase = [x for x in busy_rtts if x < 60]

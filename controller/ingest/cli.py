@@ -101,7 +101,13 @@ def run(settings: IngestSettings) -> int:
             from controller.store.migrate import apply_migrations
 
             apply_migrations(store)
-        writer = BatchWriter(store, metrics=metrics, source=settings.topic, slice_rows=settings.slice_rows)
+        writer = BatchWriter(
+            store,
+            metrics=metrics,
+            source=settings.topic,
+            slice_rows=settings.slice_rows,
+            block_rows=settings.block_rows,
+        )
         try:
             if files:
                 from controller.ingest.files import replay_file

@@ -133,7 +133,7 @@ def cc_column(cc_names: list[list[str]], cc_index: np.ndarray, rows: np.ndarray)
 
 
 def prepare(group: GroupColumns) -> tuple[Prepared, int]:
-    """(tcpinfo columns for the group's non-empty batches, row count)."""
+    """(tcpinfo columns for the group's non-empty batches, in TCPINFO_TYPES order; row count)."""
     batches = [b for b in group.batches if b.rows]
     rows = np.array([b.rows for b in batches], dtype=np.int64)
     total = int(rows.sum())
@@ -159,7 +159,7 @@ def prepare(group: GroupColumns) -> tuple[Prepared, int]:
         else:
             out[name] = col.astype(numpy_dtype(ch_type), copy=False)
     assert all(len(v) == total for v in out.values())
-    return out, total
+    return {name: out[name] for name in TCPINFO_TYPES}, total  # the table's order, whatever the group
 
 
 def to_insert_columns(prepared: Prepared) -> dict[str, np.ndarray]:

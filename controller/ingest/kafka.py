@@ -9,11 +9,11 @@
   while another group is in flight, its share max_rows / (inserters + 1)),
   at the latest when max_rows / max_bytes are reached.  Up to `inserters`
   groups are inserted at once (worker threads, one ClickHouse connection
-  each: the server runs one thread per INSERT; each thread decodes and sends
-  its group slice by slice, BatchWriter) while the next is consumed and
-  prepared.  Groups are settled and their offsets committed strictly in
-  order: a group's offsets only once it and every group before it were
-  acknowledged.
+  each: the server runs one thread per INSERT; each thread sends its group
+  slice by slice, one INSERT each, decoding a slice block by block as it
+  sends it, BatchWriter) while the next is consumed and prepared.  Groups
+  are settled and their offsets committed strictly in order: a group's
+  offsets only once it and every group before it were acknowledged.
 * Memory is bounded whatever the backlog: the loader consumes only while the
   messages it holds (buffered, or in groups in flight whose slices have not
   landed) are under max_rows rows and max_bytes bytes; librdkafka's prefetch
@@ -166,10 +166,11 @@ def consumer_settings(cfg: KafkaConfig, kafka_log: KafkaLog | None = None) -> di
         # for the broker much of a run) and keep a small prefetch queue: it fills whenever the
         # loader is behind, and librdkafka's buffers for it (the queue, the fetch responses being
         # decompressed) are resident memory: larger sizes cost much of the loader's peak RSS
-        # (docs/performance.md, "Loader memory").
+        # (docs/performance.md, "Loader memory").  The loader holds its own backlog (max_rows), so
+        # a deep queue buys nothing.
         "max.partition.fetch.bytes": 2 << 20,
-        "fetch.max.bytes": 8 << 20,
-        "queued.max.messages.kbytes": 16 << 10,
+        "fetch.max.bytes": 4 << 20,
+        "queued.max.messages.kbytes": 4 << 10,
         "max.poll.interval.ms": 300_000,
         "session.timeout.ms": 10_000,
         "heartbeat.interval.ms": 1_000,

@@ -73,8 +73,14 @@ class IngestSettings(Settings):
     max_wait: float = setting("2s", DURATION, "flush buffered messages at least this often")
     slice_rows: int = setting(
         150_000, INT,
-        "decode and insert a flushed group in slices of at most this many rows (whole batches, one INSERT "
-        "each): the loader holds one slice's columns per insert thread, not the group's",
+        "insert a flushed group in slices of at most this many rows (whole batches, one INSERT each)",
+        validator=at_least(1),
+    )  # fmt: skip
+    block_rows: int = setting(
+        20_000, INT,
+        "on a ClickHouse server, send each slice's INSERT as Native blocks of at most this many rows "
+        "(whole batches), each decoded as it is sent: the loader holds one block's columns per insert "
+        "thread, not the slice's (chDB and clusters decode a slice whole)",
         validator=at_least(1),
     )  # fmt: skip
     inserters: int = setting(

@@ -19,13 +19,17 @@ One flush of a group of messages:
   4. find per-host sequence gaps, and the batches that arrived late inside a
      recorded gap (fills: controller.ingest.sequence);
   5. write dead letters, gaps and empty-batch ledger rows, then the rows in
-     slices: consecutive whole batches of at most `slice_rows` rows, each
-     decoded, serialized and sent as ONE insert (one block) whose ledger rows
-     the materialized view writes, then freed before the next slice is
-     decoded; then the fills of the batches that are now in the ledger.
-Only one slice's columns are alive per insert thread, whatever the group's
-size; the group's messages are held until it is written, except those of
-slices that landed (Incoming.landed: their bytes are let go).
+     slices: consecutive whole batches of at most `slice_rows` rows, each sent
+     as ONE insert whose ledger rows the materialized view writes; then the
+     fills of the batches that are now in the ledger.  On one ClickHouse server
+     a slice's INSERT carries Native blocks of at most `block_rows` rows (whole
+     batches), each decoded and serialized while the INSERT is open and freed
+     once sent (BlockColumns); the server squashes them into one part as it
+     would one block.  Elsewhere (chDB, a cluster, native=False) a slice is
+     decoded whole and sent as one block.
+Only one block's (else one slice's) columns are alive per insert thread,
+whatever the group's size; the group's messages are held until it is written,
+except those of slices that landed (Incoming.landed: their bytes are let go).
 Every step is idempotent, so a failed flush (StoreError) is retried whole by
 the caller; the caller commits its Kafka offsets only after flush() returned.
 A slice boundary is a batch boundary, so a batch's rows and its ledger row are
@@ -47,7 +51,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +64,7 @@ from controller.ingest.sequence import Fill, Gap, Key, SeenBatch, SequenceTracke
 from controller.ingest.settings import IngestSettings
 from controller.ingest.shards import row_shards, rows_to_load, take_rows
 from controller.store import Store, StoreContentError
+from controller.store.columns import BlockColumns
 from controller.store.sql import query
 from schemas.tcpinfo_columns import COLUMN_DTYPES, COLUMNS
 from schemas.tcpinfo_decode import MAX_PREFIX_LEN, BatchDecodeError, ScannedBatch, decode_all, scan_batch
@@ -70,6 +75,8 @@ TABLE = "tcpinfo"
 Identity = tuple[str, int, int]
 #: rows of one insert at most (whole batches; a larger batch goes alone): the `--slice-rows` default
 SLICE_ROWS: int = IngestSettings.defaults()["slice_rows"]
+#: rows of one Native block of a streamed insert at most (whole batches): the `--block-rows` default
+BLOCK_ROWS: int = IngestSettings.defaults()["block_rows"]
 
 
 @dataclass(slots=True)
@@ -179,11 +186,15 @@ class BatchWriter:
         source: str = "inproc",
         native: bool = True,
         slice_rows: int = SLICE_ROWS,
+        block_rows: int = BLOCK_ROWS,
     ) -> None:
         if slice_rows < 1:
             raise ValueError(f"slice_rows must be at least 1, not {slice_rows}")
+        if block_rows < 1:
+            raise ValueError(f"block_rows must be at least 1, not {block_rows}")
         self.store = store
         self.slice_rows = slice_rows
+        self.block_rows = block_rows
         self.metrics = metrics or IngestMetrics()
         self.source = source
         self.tracker = SequenceTracker()
@@ -364,8 +375,52 @@ class BatchWriter:
         result.insert_seconds = time.monotonic() - t_insert
         return result
 
+    def _streams(self) -> bool:
+        """Whether a slice goes as one INSERT of blocks decoded one at a time (one server, the Native insert)."""
+        return self._native and len(self.store.shard_stores()) == 1
+
     def _insert_slice(self, prep: PreparedFlush, part: list[tuple[Incoming, ScannedBatch]]) -> None:
-        """Decode, serialize and insert the rows of some consecutive batches (one INSERT), then free them."""
+        """Insert the rows of some consecutive batches (one INSERT), then let go of their messages."""
+        if not self._streams() or prep.presence:
+            self._insert_slice_whole(prep, part)
+            return
+        bad: dict[int, str] = {}  # index into `part` -> the decoder's reason
+        bounds = slice_bounds([b.rows for _, b in part], self.block_rows)
+
+        def blocks() -> Iterator[tuple[Prepared, int]]:
+            for lo, hi in bounds:
+                group, refused = decode_all([b for _, b in part[lo:hi]])
+                for i, reason in refused.items():
+                    bad[lo + i] = reason
+                if any(b.rows for b in group.batches):
+                    columns, rows = prepare(group)
+                    del group
+                    yield columns, rows
+                    del columns  # before the next block is decoded: one block alive at a time
+
+        rows = sum(b.rows for _, b in part)
+        try:
+            self.store.bulk_insert(TABLE, BlockColumns(list(TCPINFO_TYPES), rows, blocks, TCPINFO_TYPES), rows)
+        except StoreContentError as exc:  # find the batches responsible on the whole slice
+            self._insert_slice_whole(prep, part, refused_with=exc)
+            return
+        if bad:  # values _value_errors let through: the decoder is the authority (left out of the blocks)
+            self._refuse(prep, [(*part[i], part[i][1].rows, reason) for i, reason in sorted(bad.items())])
+        for i, (item, _) in enumerate(part):
+            if i not in bad:
+                item.release()
+
+    def _insert_slice_whole(
+        self,
+        prep: PreparedFlush,
+        part: list[tuple[Incoming, ScannedBatch]],
+        refused_with: StoreContentError | None = None,
+    ) -> None:
+        """Decode, serialize and insert the rows of some consecutive batches as one block, then free them.
+
+        `refused_with`: the store refused these rows already (a streamed insert): go straight to
+        finding the batches responsible.
+        """
         result = prep.result
         group, bad = decode_all([b for _, b in part])
         if bad:  # values _value_errors let through: the decoder is the authority
@@ -388,7 +443,9 @@ class BatchWriter:
             part, batch_rows = [x for x, _ in kept], [n for _, n in kept]
             rows = sum(batch_rows)
         refused: set[int] = set()
-        if rows:
+        if rows and refused_with is not None:
+            refused = self._isolate(prep, columns, part, batch_rows, refused_with)
+        elif rows:
             block = self._native_block(columns, rows) if len(self.store.shard_stores()) == 1 else None
             try:
                 self._insert_rows(columns, rows, block)
@@ -588,7 +645,8 @@ class BatchWriter:
 
     def _insert_dead_letters(self, dead: list[tuple[Incoming, str]]) -> None:
         n = len(dead)
-        self.store.insert_columns(
+        self._insert_small(
+            self.store,
             "ingest_dead_letter",
             {
                 "time": np.full(n, _now(), dtype=np.uint32),
@@ -602,7 +660,8 @@ class BatchWriter:
 
     def _insert_gaps(self, gaps: list[Gap]) -> None:
         n = len(gaps)
-        self.store.insert_columns(
+        self._insert_small(
+            self.store,
             "ingest_sequence_gaps",
             {
                 "detected_at": np.full(n, _now(), dtype=np.uint32),
@@ -618,7 +677,8 @@ class BatchWriter:
 
     def _insert_fills(self, fills: list[Fill]) -> None:
         n = len(fills)
-        self.store.insert_columns(
+        self._insert_small(
+            self.store,
             "ingest_gap_fills",
             {
                 "filled_at": np.full(n, _now(), dtype=np.uint32),
@@ -634,7 +694,8 @@ class BatchWriter:
     def _insert_empty(self, batches: list[ScannedBatch]) -> None:
         n = len(batches)
         # one ledger entry, on the first shard (a cluster's Distributed ledger reads every shard)
-        self.store.shard_stores()[0].insert_columns(
+        self._insert_small(
+            self.store.shard_stores()[0],
             "ingest_batches",
             {
                 "inserted_at": np.full(n, _now(), dtype=np.uint32),
@@ -645,6 +706,14 @@ class BatchWriter:
                 "rows": np.zeros(n, dtype=np.uint64),
             },
         )
+
+    def _insert_small(self, store: Store, table: str, columns: dict[str, np.ndarray]) -> None:
+        """A few rows of the loader's own tables: the Native insert (no pandas on a server's
+        connection: docs/performance.md), or with native=False the store's plain insert."""
+        if self._native:
+            store.bulk_insert(table, columns, len(next(iter(columns.values()))))
+        else:
+            store.insert_columns(table, columns)
 
     def _native_block(self, columns: Prepared, rows: int) -> Any:
         """Serialize the rows for the store's bulk insert now (on the preparing thread), if it can."""

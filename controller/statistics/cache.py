@@ -58,17 +58,22 @@ def params(source: CacheSource, window: Window, pop: str, version: int = 0) -> d
 
 
 def _counts(store: Store, sql: str, p: dict[str, Any]) -> list[tuple[Any, ...]]:
-    df = store.query_df(sql, p)
-    if df.empty:
-        return []
-    pops = [v.decode() if isinstance(v, bytes) else str(v) for v in df["pop"]]
-    buckets = [epoch_seconds(_to_datetime(v)) for v in df["bucket"]]
-    extra = [df[c].astype("int64").tolist() for c in df.columns if c not in ("pop", "bucket")]
-    return list(zip(pops, buckets, *extra, strict=True))
+    """(pop, bucket epoch seconds, the integer columns...) per row of a (pop, bucket, ...) query.
+
+    Rows, not a DataFrame: `dyncc ingest` keeps the cache, and on a ClickHouse server a
+    DataFrame query would load pandas into the loader (docs/performance.md, "Loader memory")."""
+    out = []
+    for pop, bucket, *extra in store.query_rows(sql, p):
+        name = pop.decode() if isinstance(pop, bytes) else str(pop)
+        out.append((name, epoch_seconds(_to_datetime(bucket)), *(int(v) for v in extra)))
+    return out
 
 
 def _to_datetime(value: Any) -> dt.datetime:
-    import pandas as pd
+    """A DateTime value as the back end returns it (naive: UTC) as a datetime."""
+    if isinstance(value, dt.datetime):  # the server's rows, and chDB's pandas Timestamps
+        return value
+    import pandas as pd  # numpy datetime64 (chDB): its rows come through pandas anyway
 
     ts = pd.Timestamp(value)
     if ts.tzinfo is None:
@@ -166,15 +171,18 @@ def on_every_shard(store: Store, op: Callable[[Store], T]) -> list[T]:
 def record_versions(
     store: Store, source: CacheSource, keys: list[tuple[str, int]], version: int, samples: list[int]
 ) -> None:
-    store.insert_columns(
+    """The versions computed for `keys` ((pop, bucket epoch seconds)), as a bulk insert (the Native
+    insert on a server: no pandas in `dyncc ingest`, which keeps the cache)."""
+    store.bulk_insert(
         "scoring_versions",
         {
-            "pop": [k[0] for k in keys],
-            "source": [source.name] * len(keys),
-            "bucket": np.array([k[1] for k in keys], dtype="int64").astype("datetime64[s]"),
+            "pop": np.array([k[0] for k in keys], dtype=object),
+            "source": np.array([source.name] * len(keys), dtype=object),
+            "bucket": np.array([k[1] for k in keys], dtype="uint32"),  # DateTime: epoch seconds
             "version": np.full(len(keys), version, dtype="uint64"),
             "samples": np.array(samples, dtype="uint64"),
         },
+        len(keys),
     )
 
 

@@ -1,11 +1,18 @@
 """The ClickHouse server back end of the store (clickhouse-driver, native protocol).
 
 Errors are classified by their server code (controller/store/errors.py, classify); clickhouse-driver is
-imported when a store is opened, not at module import."""
+imported when a store is opened, not at module import.
+
+Memory (docs/performance.md, "Loader memory"): the statements, row queries and bulk inserts
+go over connections without the driver's use_numpy, which would import pandas and pyarrow
+(~65 MB resident); only query_df and insert_columns (numpy columns through the driver) open a
+numpy connection, when first used.  And the driver's table of every Date from 1900 to 2299
+(~25 MB, built when it is imported) is filled on use instead (DATE_LUT_ENV)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -13,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from controller.store.base import DATA, BulkColumn, Column, DataTable, Store, data_columns, one_line, row_count
-from controller.store.columns import plain_columns
+from controller.store.columns import BlockColumns, plain_columns
 from controller.store.errors import classify
 from controller.store.sql import Version, parse_version, render
 from controller.store.url import StoreURL, check_identifier
@@ -23,6 +30,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 log = logging.getLogger("dyncc.store")
+
+#: clickhouse-driver's switch (so spelled) for a Date table filled on use: set before it is imported
+#: (a value without a usable range leaves the table empty at import; every Date converts the same)
+DATE_LUT_ENV = "CLICKHOUSE_DRIVER_LASY_DATE_LUT"
+os.environ.setdefault(DATE_LUT_ENV, "1970-01-01:1970-01-01")
 
 
 def clickhouse_error(exc: BaseException, url: StoreURL) -> StoreError:
@@ -77,12 +89,11 @@ class ClickHouseStore(Store):
         self._lock = threading.Lock()
         self._server_settings = dict(server_settings or {})  # the bulk-insert connections' too
         # address, credentials, timeouts, alt_hosts (tried in order when the URL's host does not answer), TLS
-        common: dict[str, Any] = {
-            **url.connect_args(),
-            "settings": {"use_numpy": True, **(server_settings or {})},
-        }
-        self._client = Client(database=url.database, **common)
-        self._admin = Client(database="default", **common)
+        settings = {k: v for k, v in (server_settings or {}).items() if k != "use_numpy"}
+        self._common: dict[str, Any] = {**url.connect_args(), "settings": settings}
+        self._client = Client(database=url.database, **self._common)
+        self._admin = Client(database="default", **self._common)
+        self._numpy_client: Any = None  # query_df and insert_columns: made when first used (pandas)
         self._version: Version | None = None
         # Native-protocol connections for bulk inserts, one per concurrent insert (a pipelining
         # writer has several in flight; a driver connection is not shared).
@@ -92,6 +103,15 @@ class ClickHouseStore(Store):
         self._revision: int | None = None
         self._native = True  # False after a SchemaMismatch: the driver's insert from then on
         self._block_ok = True  # False after a pre-serialized block did not match the server
+
+    def _numpy(self) -> Any:
+        """The connection whose results and inserts are numpy columns (the driver imports pandas for it)."""
+        if self._numpy_client is None:
+            from clickhouse_driver import Client
+
+            common = {**self._common, "settings": {"use_numpy": True, **self._common["settings"]}}
+            self._numpy_client = Client(database=self.url.database, **common)
+        return self._numpy_client
 
     def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         from clickhouse_driver import errors as ch_errors
@@ -135,8 +155,10 @@ class ClickHouseStore(Store):
         import pandas as pd
 
         rendered = render(sql, params)
+        with self._lock:
+            client = self._numpy()
         rows, types = self._run(
-            self._client.execute,
+            client.execute,
             rendered,
             with_column_types=True,
             columnar=True,
@@ -156,8 +178,10 @@ class ClickHouseStore(Store):
             as_fixed_bytes(col) if isinstance(col, np.ndarray) else np.asarray(col, dtype=object)
             for col in columns.values()
         ]
+        with self._lock:
+            client = self._numpy()
         self._run(
-            self._client.execute,
+            client.execute,
             f"INSERT INTO {check_identifier(table)} ({names}) VALUES",
             data,
             columnar=True,
@@ -189,13 +213,25 @@ class ClickHouseStore(Store):
     def bulk_insert(self, table: str, columns: Mapping[str, BulkColumn], rows: int, block: Any = None) -> None:
         """The pre-serialized block, else columns serialized per the server's types, else the driver's insert.
 
-        A block or column layout the server does not expect (SchemaMismatch) falls back
-        to the next path for good, with one warning.
+        BlockColumns go as one INSERT of their blocks, each made, serialized and sent in turn
+        (NativeStream: one block in memory at a time).  A block or column layout the server
+        does not expect (SchemaMismatch, found before anything is sent) falls back to the
+        next path for good, with one warning.
         """
         if self._native:
             # lazy: native imports clickhouse-driver (slow: docs/performance.md), kept off `import controller.store`
-            from controller.store.native import NativeColumns, SchemaMismatch
+            from controller.store.native import NativeColumns, NativeStream, SchemaMismatch
 
+            if isinstance(columns, BlockColumns):
+                try:
+                    self._native_insert(table, NativeStream(columns, preserialize=self._block_ok), columns.names)
+                    return
+                except SchemaMismatch as exc:
+                    log.warning("native insert not possible (%s); using the driver's insert from now on", exc)
+                    self._native = False
+                    self._close_pool()
+                self.insert_columns(table, plain_columns(columns))
+                return
             if block is not None and self._block_ok:
                 try:
                     self._native_insert(table, block, list(columns))
@@ -256,3 +292,5 @@ class ClickHouseStore(Store):
         self._close_pool()
         self._client.disconnect()
         self._admin.disconnect()
+        if self._numpy_client is not None:
+            self._numpy_client.disconnect()

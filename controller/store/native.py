@@ -15,9 +15,18 @@ block, errors, end-of-insert and reconnects stay the driver's.  Columns whose
 server type is not one of ours (e.g. LowCardinality on newer servers) are
 written by the driver's own column writers.
 
-One INSERT sends exactly one data block, so the server writes the rows as one
-part per partition and the ledger materialized view sees whole batches (see
+One INSERT sends one data block, or, for a NativeStream (BlockColumns: the
+blocks made one at a time while the INSERT is open), several blocks in a row, each
+serialized as it is made and freed once sent.  Either way the server writes the
+rows of one INSERT as one part per partition (it squashes the blocks of one INSERT
+up to min_insert_block_size_rows, about a million rows, before writing), and the
+ledger materialized view sees whole batches: each block holds whole batches (see
 docs/ingest.md).
+
+The clients never set clickhouse-driver's use_numpy: the driver then imports pandas
+(and with it pyarrow), tens of MB that a loader never uses (docs/performance.md,
+"Loader memory").  What the Native path does not serialize itself goes through the
+driver's plain column writers.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from clickhouse_driver.protocol import ClientPacketTypes
 from clickhouse_driver.varint import write_varint
 from clickhouse_driver.writer import write_binary_str, write_binary_uint8
 
-from controller.store.columns import StrColumn, numpy_dtype
+from controller.store.columns import BlockColumns, StrColumn, numpy_dtype
 from controller.store.url import StoreURL
 from dyncc_common.errors import DynccError
 from schemas.tcpinfo_encode import encode_varint
@@ -99,6 +108,18 @@ class NativeColumns:
     def __init__(self, columns: Mapping[str, np.ndarray | StrColumn], rows: int) -> None:
         self.columns = dict(columns)
         self.rows = rows
+
+
+class NativeStream:
+    """INSERT data for NativeInsertClient: the blocks of BlockColumns, sent as they are made.
+
+    `preserialize`: serialize each block for the column types it declares (BlockColumns.types)
+    when they are the server's; else (or without types) per the server's sample block.
+    """
+
+    def __init__(self, columns: BlockColumns, preserialize: bool = True) -> None:
+        self.columns = columns
+        self.preserialize = preserialize
 
 
 class SchemaMismatch(DynccError):
@@ -171,24 +192,76 @@ class NativeInsertClient(Client):
             block: NativeBlock = data[0]
             if dict(sample_block.columns_with_types) != block.types or self.connection.compression:
                 raise SchemaMismatch("the table's columns or types differ from the pre-serialized block")
-            self.connection.fout.flush()
-            sock = self.connection.socket
-            for part in block.parts:
-                sock.sendall(part)
+            self._send_block(block)
             self.receive_profile_events()
             self.connection.send_data(ColumnOrientedBlock())  # empty block: end of data
             self.receive_profile_events()
             return block.rows
+        if isinstance(data, list) and len(data) == 1 and isinstance(data[0], NativeStream):
+            return self._send_stream(sample_block, data[0])
         if not (isinstance(data, list) and len(data) == 1 and isinstance(data[0], NativeColumns)):
             return int(super().send_data(sample_block, data, types_check=types_check, columnar=columnar))
         native: NativeColumns = data[0]
+        server_types = self._check_columns(sample_block, list(native.columns))
+        self._write_columns(native.columns, native.rows, server_types)
+        self.receive_profile_events()
+        self.connection.send_data(ColumnOrientedBlock())  # empty block: end of data
+        self.receive_profile_events()
+        return native.rows
+
+    def _send_block(self, block: NativeBlock) -> None:
+        """A pre-serialized Data packet, each part straight from its buffer (no copy)."""
+        self.connection.fout.flush()
+        sock = self.connection.socket
+        for part in block.parts:
+            sock.sendall(part)
+
+    def _check_columns(self, sample_block: Any, names: list[str]) -> dict[str, str]:
+        """The server's column types, when it expects exactly the columns `names` (else SchemaMismatch)."""
         server_types = dict(sample_block.columns_with_types)
-        missing = [name for name in native.columns if name not in server_types]
-        if missing or len(server_types) != len(native.columns):
+        missing = [name for name in names if name not in server_types]
+        if missing or len(server_types) != len(names):
             raise SchemaMismatch(f"insert columns {missing or 'count'} do not match the table's columns")
-        conn = self.connection
-        if conn.compression:
+        if self.connection.compression:
             raise SchemaMismatch("native fast insert needs an uncompressed connection")
+        return server_types
+
+    def _send_stream(self, sample_block: Any, stream: NativeStream) -> int:
+        """The blocks of `stream`, one Data packet each, made, sent and let go one after another.
+
+        Everything is checked against the sample block before the first block is made: a
+        SchemaMismatch leaves nothing sent.  An error while the blocks are made or sent
+        leaves the INSERT unfinished: the driver drops the connection, and the server
+        writes nothing of an INSERT it did not receive to its end (below the squashing
+        threshold; beyond it, what it wrote is whole blocks, i.e. whole batches with their
+        ledger rows).
+        """
+        columns = stream.columns
+        server_types = self._check_columns(sample_block, columns.names)
+        types = columns.types
+        preserialized = stream.preserialize and types is not None and types == server_types
+        revision = int(self.connection.server_info.used_revision)
+        sent = 0
+        for block_columns, rows in columns.blocks():
+            if not rows:
+                continue
+            block = serialize_block(block_columns, rows, server_types, revision) if preserialized else None
+            if block is not None:
+                self._send_block(block)
+                del block
+            else:
+                self._write_columns(block_columns, rows, server_types)
+            del block_columns  # before the next block is made
+            self.receive_profile_events()
+            sent += rows
+        self.connection.send_data(ColumnOrientedBlock())  # empty block: end of data
+        self.receive_profile_events()
+        return sent
+
+    def _write_columns(self, columns: Mapping[str, Any], rows: int, server_types: Mapping[str, str]) -> None:
+        """One Data packet of `columns`, each serialized for the server's type (the driver's plain
+        column writers for types this module does not handle)."""
+        conn = self.connection
         fout = conn.fout
         revision = conn.server_info.used_revision
         write_varint(ClientPacketTypes.DATA, fout)
@@ -196,11 +269,11 @@ class NativeInsertClient(Client):
             write_binary_str("", fout)
         if revision >= ch_defines.DBMS_MIN_REVISION_WITH_BLOCK_INFO:
             BlockInfo().write(fout)
-        write_varint(len(native.columns), fout)
-        write_varint(native.rows, fout)
-        for name, col in native.columns.items():
-            if len(col) != native.rows:
-                raise SchemaMismatch(f"column {name} has {len(col)} rows, block has {native.rows}")
+        write_varint(len(columns), fout)
+        write_varint(rows, fout)
+        for name, col in columns.items():
+            if len(col) != rows:
+                raise SchemaMismatch(f"column {name} has {len(col)} rows, block has {rows}")
             ch_type = server_types[name]
             write_binary_str(name, fout)
             write_binary_str(ch_type, fout)
@@ -212,20 +285,19 @@ class NativeInsertClient(Client):
             else:
                 fout.write(payload)
         fout.flush()
-        self.receive_profile_events()
-        conn.send_data(ColumnOrientedBlock())  # empty block: end of data
-        self.receive_profile_events()
-        return native.rows
 
 
 def native_client(url: StoreURL, server_settings: Mapping[str, Any] | None = None) -> NativeInsertClient:
     """A NativeInsertClient for a clickhouse:// store URL (same options as controller.store: timeouts,
-    alt_hosts, TLS) with the store's server settings (a cluster's insert_distributed_sync among them)."""
+    alt_hosts, TLS) with the store's server settings (a cluster's insert_distributed_sync among them).
+
+    Without the driver's use_numpy (it would import pandas): the data goes as NativeBlock,
+    NativeColumns or NativeStream, whose numpy columns this module serializes itself."""
     import logging
 
     logging.getLogger("clickhouse_driver").setLevel(logging.CRITICAL)
     return NativeInsertClient(
         database=url.database,
-        settings={"use_numpy": True, **(server_settings or {})},
+        settings={k: v for k, v in (server_settings or {}).items() if k != "use_numpy"},
         **url.connect_args(),
     )

@@ -231,6 +231,7 @@ ADDED_SINCE = (
         "control --incremental: a new option",
         "control explain --incremental: a new option",
         "ingest --slice-rows: a new option",
+        "ingest --block-rows: a new option",
         "ingest --cache-every: a new option",
         "control --trial-max-rounds: a new option",
         "lab --trial-blocks: a new option",

@@ -223,24 +223,18 @@ class ClickHouseStore(Store):
             from controller.store.native import NativeColumns, NativeStream, SchemaMismatch
 
             if isinstance(columns, BlockColumns):
-                try:
-                    self._native_insert(table, NativeStream(columns, preserialize=self._block_ok), columns.names)
-                    return
-                except SchemaMismatch as exc:
-                    log.warning("native insert not possible (%s); using the driver's insert from now on", exc)
-                    self._native = False
-                    self._close_pool()
-                self.insert_columns(table, plain_columns(columns))
-                return
-            if block is not None and self._block_ok:
-                try:
-                    self._native_insert(table, block, list(columns))
-                    return
-                except SchemaMismatch as exc:
-                    log.warning("pre-serialized insert not possible (%s); serializing per server types", exc)
-                    self._block_ok = False
+                data: Any = NativeStream(columns, preserialize=self._block_ok)
+            else:
+                if block is not None and self._block_ok:
+                    try:
+                        self._native_insert(table, block, list(columns))
+                        return
+                    except SchemaMismatch as exc:
+                        log.warning("pre-serialized insert not possible (%s); serializing per server types", exc)
+                        self._block_ok = False
+                data = NativeColumns(columns, rows)
             try:
-                self._native_insert(table, NativeColumns(columns, rows), list(columns))
+                self._native_insert(table, data, list(columns))
                 return
             except SchemaMismatch as exc:
                 log.warning("native insert not possible (%s); using the driver's insert from now on", exc)

@@ -37,10 +37,10 @@ from controller.store.sql import query
 from schemas.tcpinfo_decode import scan_batch
 from schemas.tcpinfo_encode import BatchHeader
 from tests.support.ingest_kafka import count_rows, create_topic, produce
+from tests.support.ingest_once import SPAN, assert_loaded_once
 from tests.support.ingest_synth import synth_columns, synth_messages
 from tests.support.tcpinfo_batches import encode_batches
 
-SPAN = {"start": "2000-01-01 00:00:00", "end": "2100-01-01 00:00:00"}
 BATCH_ROWS = 250
 
 
@@ -110,23 +110,6 @@ def _count(store: Store) -> int:
     return int(store.query_rows("SELECT count() FROM tcpinfo")[0][0])
 
 
-def _assert_once(store: Store, msgs: list[bytes]) -> None:
-    """Every row of `msgs` in tcpinfo once, with one ledger row per batch."""
-    batches = [scan_batch(m) for m in msgs]
-    rows = sum(b.rows for b in batches)
-    assert _count(store) == rows
-    entries, distinct, ledger_rows = store.query_rows(
-        "SELECT count(), uniqExact(host, run_id, sequence), sum(rows) FROM ingest_batches"
-    )[0]
-    assert (int(entries), int(distinct), int(ledger_rows)) == (len(batches), len(batches), rows)
-    dupes = store.query_rows(
-        "SELECT host, run_id, sequence, cookie, time_ns, count() AS n FROM tcpinfo "
-        "GROUP BY host, run_id, sequence, cookie, time_ns HAVING n > 1 LIMIT 3"
-    )
-    assert dupes == []
-    assert store.query_rows(query("ingest_verify"), SPAN) == []
-
-
 @pytest.mark.parametrize("ahead", [True, False], ids=["serialized-ahead", "per-sample-block"])
 def test_slices_stream_in_blocks_of_whole_batches_one_at_a_time(
     server: Store, monkeypatch: pytest.MonkeyPatch, ahead: bool
@@ -154,14 +137,14 @@ def test_slices_stream_in_blocks_of_whole_batches_one_at_a_time(
     assert len(alive_at_decode) == 12 and all(n == 0 for n in alive_at_decode), alive_at_decode
     assert all(r() is None for r in recorder.refs)
     assert all(i.landed and i.value == b"" for i in items)
-    _assert_once(server, msgs)
+    assert_loaded_once(server, msgs)
     # the server squashed each INSERT's blocks into one part (level 0: as inserted, merged or not)
     parts = "SELECT count() FROM system.parts WHERE database = currentDatabase() AND table = '{}' AND level = 0"
     assert int(server.query_rows(parts.format("tcpinfo"))[0][0]) == 3
     assert int(server.query_rows(parts.format("ingest_batches"))[0][0]) == 3
     again = BatchWriter(recorder, block_rows=1_100).flush(_items(msgs))  # type: ignore[arg-type]
     assert (again.rows, again.duplicates) == (0, 48)
-    _assert_once(server, msgs)
+    assert_loaded_once(server, msgs)
 
 
 @pytest.mark.parametrize("retry", ["same-flush", "redelivered"])
@@ -191,7 +174,7 @@ def test_insert_cut_between_its_blocks_then_every_row_once(server: Store, retry:
         result = BatchWriter(recorder, slice_rows=4_000, block_rows=1_000).flush(_items(msgs))  # type: ignore[arg-type]
     assert result.rows == 12_000 - kept
     assert result.duplicates == (kept - (4_000 if retry == "same-flush" else 0)) // BATCH_ROWS
-    _assert_once(server, msgs)
+    assert_loaded_once(server, msgs)
 
 
 def test_block_rows_must_be_positive(server: Store) -> None:

@@ -20,11 +20,8 @@ import pytest
 
 from controller.ingest.writer import BatchWriter, Incoming, slice_bounds
 from controller.store import Store, StoreUnavailable
-from controller.store.sql import query
-from schemas.tcpinfo_decode import scan_batch
+from tests.support.ingest_once import assert_loaded_once
 from tests.support.ingest_synth import synth_messages
-
-SPAN = {"start": "2000-01-01 00:00:00", "end": "2100-01-01 00:00:00"}
 
 
 class SliceCounter:
@@ -76,23 +73,6 @@ def _items(msgs: list[bytes]) -> list[Incoming]:
     return [Incoming(m, "t", 0, i) for i, m in enumerate(msgs)]
 
 
-def _assert_once(store: Store, msgs: list[bytes]) -> None:
-    """Every row of `msgs` in tcpinfo once: the row count, one ledger row per batch, no duplicate key."""
-    batches = [scan_batch(m) for m in msgs]
-    rows = sum(b.rows for b in batches)
-    assert int(store.query_rows("SELECT count() FROM tcpinfo")[0][0]) == rows
-    entries, distinct, ledger_rows = store.query_rows(
-        "SELECT count(), uniqExact(host, run_id, sequence), sum(rows) FROM ingest_batches"
-    )[0]
-    assert (int(entries), int(distinct), int(ledger_rows)) == (len(batches), len(batches), rows)
-    dupes = store.query_rows(
-        "SELECT host, run_id, sequence, cookie, time_ns, count() AS n FROM tcpinfo "
-        "GROUP BY host, run_id, sequence, cookie, time_ns HAVING n > 1 LIMIT 3"
-    )
-    assert dupes == []
-    assert store.query_rows(query("ingest_verify"), SPAN) == []  # ledger rows == rows per batch
-
-
 def _assert_slices(inserts: list[int], limit: int, batch_rows: int) -> None:
     """Each insert at most `limit` rows, and whole batches (of `batch_rows` rows each)."""
     assert inserts, "no tcpinfo insert was counted"
@@ -110,11 +90,11 @@ def test_a_group_of_many_slices_lands_once(store: Store) -> None:
     _assert_slices(counter.inserts, 1_100, 250)
     assert len(counter.inserts) >= 12_000 // 1_100 + 1 and sum(counter.inserts) == 12_000
     assert all(i.landed and i.value == b"" for i in items)  # their bytes let go once they landed
-    _assert_once(store, msgs)
+    assert_loaded_once(store, msgs)
     # the same group again (a redelivery): nothing more
     again = BatchWriter(SliceCounter(store), slice_rows=1_100).flush(_items(msgs))  # type: ignore[arg-type]
     assert (again.rows, again.duplicates) == (0, 48)
-    _assert_once(store, msgs)
+    assert_loaded_once(store, msgs)
 
 
 @pytest.mark.parametrize("written", [False, True], ids=["before-the-insert", "answer-lost"])
@@ -144,7 +124,7 @@ def test_store_fails_between_slices_then_every_row_once(store: Store, written: b
         assert result.rows == sum(counter.inserts) == 12_000 - before
         assert result.duplicates == before // 250
     _assert_slices(counter.inserts, 2_000, 250)
-    _assert_once(store, msgs)
+    assert_loaded_once(store, msgs)
 
 
 def test_a_failed_retry_after_slices_landed_still_loads_every_row_once(store: Store) -> None:
@@ -164,7 +144,7 @@ def test_a_failed_retry_after_slices_landed_still_loads_every_row_once(store: St
     for counter in (first, second, third):
         _assert_slices(counter.inserts, 1_500, 250)
     assert sum(first.inserts) + sum(second.inserts) + sum(third.inserts) == 9_000
-    _assert_once(store, msgs)
+    assert_loaded_once(store, msgs)
 
 
 def test_a_batch_larger_than_a_slice_goes_alone(store: Store) -> None:
@@ -172,7 +152,7 @@ def test_a_batch_larger_than_a_slice_goes_alone(store: Store) -> None:
     counter = SliceCounter(store)
     BatchWriter(counter, slice_rows=100).flush(_items(msgs))  # type: ignore[arg-type]
     assert counter.inserts == [250] * 12
-    _assert_once(store, msgs)
+    assert_loaded_once(store, msgs)
 
 
 def test_slice_rows_must_be_positive(store: Store) -> None:

@@ -192,10 +192,12 @@ def test_replica_stopped_mid_stream_loader_fails_over_then_the_replica_catches_u
         cluster_node("start-node", node_name(cluster, victim))
         stopped = False
     finally:
-        if stopped:
-            cluster_node("start-node", node_name(cluster, victim))
-        producer.join(60)
-        rc = loader.stop()
+        try:
+            if stopped:
+                cluster_node("start-node", node_name(cluster, victim))
+        finally:  # the loader stops even when the replica does not start again
+            producer.join(60)
+            rc = loader.stop()
     assert rc == 0, loader.log[-3000:]
     # the restarted replica catches up with its peer
     db = shard_database(cluster.database)

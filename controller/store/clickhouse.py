@@ -14,6 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
+import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +24,7 @@ import numpy as np
 from controller.store.base import DATA, BulkColumn, Column, DataTable, Store, data_columns, one_line, row_count
 from controller.store.columns import BlockColumns, plain_columns
 from controller.store.errors import classify
-from controller.store.sql import Version, parse_version, render
+from controller.store.sql import Version, parse_version, query, render
 from controller.store.url import StoreURL, check_identifier
 from dyncc_common.errors import StoreError, StoreUnavailable
 
@@ -35,6 +37,10 @@ log = logging.getLogger("dyncc.store")
 #: (a value without a usable range leaves the table empty at import; every Date converts the same)
 DATE_LUT_ENV = "CLICKHOUSE_DRIVER_LASY_DATE_LUT"
 os.environ.setdefault(DATE_LUT_ENV, "1970-01-01:1970-01-01")
+
+#: how long a failed INSERT waits for the server to be done with it (await_insert_end), and how often it asks
+INSERT_END_TIMEOUT = 30.0
+INSERT_END_POLL = 0.05
 
 
 def clickhouse_error(exc: BaseException, url: StoreURL) -> StoreError:
@@ -243,21 +249,53 @@ class ClickHouseStore(Store):
         self.insert_columns(table, plain_columns(columns))
 
     def _native_insert(self, table: str, data: Any, columns: list[str]) -> None:
+        """One INSERT of `data`; when it fails without the server's answer, returns only once
+        the server is done with it (await_insert_end), so what it kept is visible to a retry."""
         from clickhouse_driver import errors as ch_errors
 
         # lazy: native imports clickhouse-driver (slow: docs/performance.md), kept off `import controller.store`
         from controller.store.native import SchemaMismatch
 
         names = ", ".join(check_identifier(c) for c in columns)
+        query_id = f"dyncc-insert-{uuid.uuid4().hex}"
         client = self._checkout()
         try:
-            client.execute(f"INSERT INTO {check_identifier(table)} ({names}) VALUES", [data])
-        except SchemaMismatch:
+            client.execute(f"INSERT INTO {check_identifier(table)} ({names}) VALUES", [data], query_id=query_id)
+        except SchemaMismatch:  # found before any data was sent
             raise
-        except (ch_errors.Error, OSError, EOFError) as exc:
+        except ch_errors.ServerException as exc:  # the server answered: the INSERT is over
             raise clickhouse_error(exc, self.url) from exc
+        except Exception as exc:
+            # The connection went away mid-INSERT (the network, or the blocks' source raised and the
+            # driver dropped it): the server may still be writing what it received.
+            self.await_insert_end(query_id)
+            if isinstance(exc, ch_errors.Error | OSError | EOFError):
+                raise clickhouse_error(exc, self.url) from exc
+            raise
         finally:
             self._checkin(client)
+
+    def await_insert_end(self, query_id: str, timeout: float = INSERT_END_TIMEOUT) -> bool:
+        """Wait until the query `query_id` is no longer running on the server; False if it still
+        was after `timeout` seconds or the server could not be asked (a restart ends it anyway).
+
+        ClickHouse writes the blocks it kept of an INSERT whose client went away while the query
+        is in system.processes; a retry that looked the ledger up before then would load them again.
+        """
+        deadline = time.monotonic() + timeout
+        sql = query("store_insert_running")
+        while True:
+            try:
+                running = bool(self.query_rows(sql, {"query_id": query_id}))
+            except StoreError as exc:
+                log.warning("could not ask whether the cut INSERT %s is over: %s", query_id, exc)
+                return False
+            if not running:
+                return True
+            if time.monotonic() >= deadline:
+                log.warning("the cut INSERT %s was still running after %.0f s", query_id, timeout)
+                return False
+            time.sleep(INSERT_END_POLL)
 
     def _checkout(self) -> Any:
         with self._pool_lock:

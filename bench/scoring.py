@@ -19,13 +19,16 @@ Per target and size, in a fresh database (the URL's {db}):
          the 36 buckets of the cache), printed as the incremental round's ratio to it;
          --cold-runs N: N - 1 more cold rounds after those, the cache tables truncated first;
   kept   the cache kept by a loader (`dyncc ingest --cache-every`, controller/statistics/keeper.py):
-         `runs` times a keeper tick (the one new bucket merged, as data arrives) and the round after
-         it (which finds the bucket computed); then a new controller (the scoring state emptied)
-         on the kept cache: what a controller started on a store with data costs;
+         and a long-running controller: `runs` times a keeper tick (the one new bucket merged, as
+         data arrives) and the round after it (which finds the bucket computed, and its previous
+         state in the memo of the round before it: controller/scoring/state.py StateMemo; its
+         `previous` step printed as a ratio to the warm rounds', which read it from selections);
+         then a new controller (the scoring state emptied, no memo) on the kept cache: what a
+         controller started on a store with data costs;
   rebuilt one round with another --min-bucket-samples: a new scoring state built from the cache
          as it is (what a settings change costs; a restarted controller keeps its state in the
          store and its first round is a warm one);
-Printed per round: the wall time and run_round's phases (refresh, score, decide, write);
+Printed per round: the wall time and run_round's phases (refresh, score, previous, decide, write);
 per target and size: median [range] of the warm rounds, the cold/warm ratio, the peak RSS of
 this process over the rounds (chDB runs inside it), the load average.  Reference measured in
 the same run: the decision step of the code this one replaced (tests/support/decide_reference.py)
@@ -57,14 +60,14 @@ from controller.scoring.decide import decide
 from controller.scoring.query import refresh, score_prefixes, window_for
 from controller.scoring.round import RoundResult, run_round
 from controller.scoring.settings import ScoringSettings
-from controller.scoring.state import load_previous
+from controller.scoring.state import StateMemo, load_previous
 from controller.statistics.keeper import CacheKeeper
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
 from tests.support.decide_reference import reference_decide
 
 POP = "bench1"
-PHASES = ("refresh", "score", "decide", "write")
+PHASES = ("refresh", "score", "previous", "decide", "write")
 
 # the samples of one bucket: per-prefix base rate (1-20 MB/s) times per-sample noise (0.5x-1.5x)
 SAMPLES_SQL = """
@@ -209,18 +212,23 @@ STATE_TABLES = ("scoring_state", "scoring_state_keys")
 
 def kept_rounds(
     store: Store, cfg: ScoringSettings, now: dt.datetime, label: str, size: int, runs: int
-) -> tuple[list[float], list[float], float]:
-    """The cache kept by a loader (`dyncc ingest --cache-every`): per new bucket, the keeper's
-    tick, then the controller's round, which finds the bucket computed; then a new controller
-    (no scoring state) on the kept cache.  (tick seconds, round seconds, new-controller seconds)."""
+) -> tuple[list[float], list[RoundResult], float]:
+    """The cache kept by a loader (`dyncc ingest --cache-every`) and a long-running controller:
+    per new bucket, the keeper's tick, then the controller's round, which finds the bucket
+    computed and its previous state in its memo (the round before it, kept by the process);
+    then a new controller (no scoring state, no memo) on the kept cache.
+    (tick seconds, round results, new-controller seconds)."""
     keeper = CacheKeeper(store, cfg.cache_source, cfg.lookback_seconds)
+    memo = StateMemo()
     ticks, after = [], []
-    for i in range(1, runs + 1):
+    for i in range(0, runs + 1):  # round 0 fills the memo; it is not timed
         when = now + dt.timedelta(minutes=5 * i)
         tick = keeper.tick(when)
-        result = run_round(store, cfg, when, POP)
+        result = run_round(store, cfg, when, POP, memo=memo)
+        if i == 0:
+            continue
         ticks.append(tick.seconds)
-        after.append(result.seconds)
+        after.append(result)
         print(
             f"{label} {size}: keeper tick {tick.seconds:.2f}s ({tick.computed} computed), "
             f"round after it {result.seconds:.2f}s [{phases(result)}]",
@@ -278,6 +286,7 @@ def bench_one(
             colds, warm, rebuilt, rss, loads = rounds(store, cfg, now, label, size, runs, cold_runs)
             full = full_rounds(store, cfg, now + dt.timedelta(minutes=5 * runs), label, size, runs)
             ticks, after, fresh = kept_rounds(store, cfg, now + dt.timedelta(minutes=5 * 2 * runs), label, size, runs)
+            kept_s = [r.seconds for r in after]
             # the reference: the replaced decision code on the next round's scores and state
             later = now + dt.timedelta(minutes=5 * (3 * runs + 1))
             window = window_for(later, cfg)
@@ -291,6 +300,10 @@ def bench_one(
             t2 = time.perf_counter()
         seconds = [r.seconds for r in warm]
         per_phase = ", ".join(f"{k} {median_range([r.timings.get(k, 0.0) for r in warm])}" for k in PHASES)
+        kept_phase = ", ".join(f"{k} {median_range([r.timings.get(k, 0.0) for r in after])}" for k in PHASES)
+        kept_prev = statistics.median(r.timings["previous"] for r in after) / statistics.median(
+            r.timings["previous"] for r in warm
+        )
         print(
             f"{label:10s} prefixes={size:>7d} x {cfg.lookback_buckets} buckets scored={len(warm[-1].decisions)}  "
             f"warm round {median_range(seconds)}s ({per_phase})  cold {median_range(colds)}s "
@@ -299,7 +312,8 @@ def bench_one(
             f"full recompute {median_range(full)}s "
             f"(incremental x{statistics.median(seconds) / statistics.median(full):.2f})  "
             f"cache kept by the loader: keeper tick {median_range(ticks)}s per bucket, round after it "
-            f"{median_range(after)}s, new controller {fresh:.2f}s = x{fresh / statistics.median(seconds):.1f} warm  "
+            f"(the previous state kept in memory) {median_range(kept_s)}s ({kept_phase}; previous x{kept_prev:.2f} "
+            f"of the warm rounds'), new controller {fresh:.2f}s = x{fresh / statistics.median(seconds):.1f} warm  "
             f"peak RSS {rss:.0f} MiB  "
             f"decide x{(t1 - t0) / (t2 - t1):.2f} of the replaced code ({t1 - t0:.2f}s vs {t2 - t1:.2f}s)  "
             f"load {loads[0]:.1f}-{loads[1]:.1f}",

@@ -16,6 +16,7 @@ from controller.rollout.publish import Publisher
 from controller.rollout.validate import ValidationPolicy, refusal
 from controller.scoring.decide import PopSummary
 from controller.scoring.round import RoundResult, run_round
+from controller.scoring.state import StateMemo
 from controller.store import Store, StoreError
 from controller.store.outcomes import KILLED, NOT_PUBLISHED, PUBLISH_FAILED, PublishOutcome, write_outcomes
 
@@ -138,6 +139,7 @@ class Controller:
             # The publisher's counters go on the controller's registry (one /metrics endpoint).
             self.publisher = Publisher(store, settings.rollout, metrics.registry)
         self.refuse = refusal(ValidationPolicy.from_settings(settings.rollout))  # validation's per-prefix rule, cached
+        self.memo = StateMemo()  # the state the last round wrote: the next round's previous state
 
     def round(self, now: dt.datetime | None = None) -> RoundResult | None:
 
@@ -153,6 +155,7 @@ class Controller:
                 refuse=self.refuse,
                 evidence=self.settings.evidence,
                 deny=self.settings.rollout.deny,
+                memo=self.memo,
             )
         except StoreError as exc:
             self.metrics.rounds.labels("error").inc()

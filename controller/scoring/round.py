@@ -53,7 +53,7 @@ from controller.scoring.round_settings import (
     write_round_settings,
 )
 from controller.scoring.settings import ScoringSettings
-from controller.scoring.state import load_previous, write_round
+from controller.scoring.state import StateMemo, load_previous, write_round
 from controller.statistics.cache import drop_old_cache
 from controller.statistics.source import Window, epoch_seconds
 from controller.store.outcomes import RECORDED, PublishOutcome, write_outcomes
@@ -170,6 +170,7 @@ def run_round(
     refuse: Callable[[str], str | None] | None = None,
     evidence: EvidenceSettings | None = None,
     deny: Sequence[str] = (),
+    memo: StateMemo | None = None,
 ) -> RoundResult:
     """Score every prefix of `pop` ('' = all POPs) at `now`; write selections unless dry_run.
 
@@ -183,6 +184,9 @@ def run_round(
     deny: the deny list behind `refuse`, as given: recorded per POP in round_controls with the
     cap and the number of pins, and a change from the previous round's list is logged.
     The pins in force (controller/scoring/pins.py) are read and held (decision `pin`).
+    memo: the state this process's last round wrote (a long-running controller keeps one):
+    the previous state comes from it when its rounds are the ones in force, and it keeps this
+    round's once written (controller/scoring/state.py StateMemo).
     Not a dry run: the selections rows, a round_settings row (cfg, evidence, expire_seconds)
     and a `recorded` round_outcomes row per POP are written.  The scoring_cache cache is
     refreshed even in a dry run (derived data).
@@ -208,7 +212,8 @@ def run_round(
         scores = score_prefixes(store, cfg, window, pop, keys)
     timings["score"] = time.perf_counter() - t
     t = time.perf_counter()
-    previous = load_previous(store, pop, now, include_recorded=not publishing)
+    # a dry run reads the store: it must leave the memo to the next round that writes
+    previous = load_previous(store, pop, now, include_recorded=not publishing, memo=None if dry_run else memo)
     timings["previous"] = time.perf_counter() - t
     t = time.perf_counter()
     effects = running_trial_effects(store, cfg, evidence, previous, epoch_seconds(window.end))
@@ -231,7 +236,11 @@ def run_round(
     written = 0
     if not dry_run:
         t = time.perf_counter()
+        if memo is not None:
+            memo.forget()  # until this round's rows are in the store
         written = write_round(store, decisions, round_id, round_time_ns)
+        if memo is not None and written:
+            memo.remember(decisions, round_id)
         if written:
             pops = texts(decisions["pop"])
             write_round_settings(store, pops, round_id, round_time_ns, cfg, evidence, expire_seconds)

@@ -57,19 +57,70 @@ def latest_rounds(
     return {_text(p): (_text(r), _text(o), t) for p, r, o, t in rows}
 
 
-def load_previous(store: Store, pop: str, now: dt.datetime, include_recorded: bool = True) -> pd.DataFrame:
+class StateMemo:
+    """The state the last round of this process wrote, kept so that its next round need not read
+    it back from `selections` (a long-running controller's warm round).
+
+    load_previous uses it only when the store names exactly the rounds it holds as every POP's
+    latest (round ids are unique: controller/scoring/round.py new_round_id); anything else (a
+    round not published, another controller's round, a POP it did not score, a round at an
+    earlier time) reads the store.  The kept state is what the store would return for those
+    rows (tests/controller/scoring/test_state_memo.py)."""
+
+    def __init__(self) -> None:
+        self.rounds: dict[str, str] = {}  # pop -> the round id whose state `columns` is
+        self.columns: dict[str, np.ndarray] | None = None
+
+    def remember(self, decisions: pd.DataFrame, round_id: str) -> None:
+        """The state of the round `round_id` just written: its `decisions` rows (STATE_COLUMNS)."""
+        columns, _ = by_pop_prefix(columns_of(decisions, STATE_COLUMNS), unique=True)
+        # the store keeps trial columns only for the rows of a trial (trial_rounds); the others read 0 / nan
+        off = columns["trial_since"] <= 0
+        columns["trial_since"] = np.where(off, 0, columns["trial_since"])
+        for name in ("trial_effect", "trial_low", "trial_high"):
+            columns[name] = np.where(off, MISSING_TRIAL_VALUE, columns[name])
+        self.rounds = dict.fromkeys(map(str, set(columns["pop"].tolist())), round_id)
+        self.columns = {name: np.array(col, copy=True) for name, col in columns.items()}  # not views of `decisions`
+
+    def forget(self) -> None:
+        self.rounds, self.columns = {}, None
+
+    def holds(self, latest: dict[str, tuple[str, str, Any]]) -> bool:
+        """Whether `latest` (latest_rounds) names exactly the kept rounds."""
+        return self.columns is not None and {p: r for p, (r, _, _) in latest.items()} == self.rounds
+
+    def take(self, latest: dict[str, tuple[str, str, Any]]) -> dict[str, np.ndarray] | None:
+        """The kept columns, handed over and no longer kept, when `latest` names exactly the kept
+        rounds; else None (and the memo stays as it is)."""
+        if not self.holds(latest):
+            return None
+        columns = self.columns
+        self.forget()
+        return columns
+
+
+#: a trial column of a row outside any trial, as the store's ANY LEFT JOIN of trial_rounds returns it
+MISSING_TRIAL_VALUE = 0.0
+
+
+def load_previous(
+    store: Store, pop: str, now: dt.datetime, include_recorded: bool = True, memo: StateMemo | None = None
+) -> pd.DataFrame:
     """The state (STATE_COLUMNS) for one POP or every POP before a round at `now`: one row per
-    (pop, prefix), sorted by them."""
+    (pop, prefix), sorted by them.  memo: the state this process wrote last, used instead of
+    reading `selections` when those are the rounds in force (StateMemo)."""
     latest = latest_rounds(store, pop, now, include_recorded)
     if not latest:
         return empty_state()
-    keys = values_list([(p, r) for p, (r, _, _) in sorted(latest.items())])  # one per POP
-    times = [t for _, _, t in latest.values()]
-    df = store.query_df(
-        splice(query("scoring_previous_state"), {"keys": keys}),
-        {"lo": _utc(min(times)), "hi": _utc(max(times))},
-    )
-    columns, _ = by_pop_prefix(columns_of(df, STATE_COLUMNS), unique=True)
+    columns = memo.take(latest) if memo is not None else None
+    if columns is None:
+        keys = values_list([(p, r) for p, (r, _, _) in sorted(latest.items())])  # one per POP
+        times = [t for _, _, t in latest.values()]
+        df = store.query_df(
+            splice(query("scoring_previous_state"), {"keys": keys}),
+            {"lo": _utc(min(times)), "hi": _utc(max(times))},
+        )
+        columns, _ = by_pop_prefix(columns_of(df, STATE_COLUMNS), unique=True)
     out = frame(columns)
     killed = [p for p, (_, outcome, _) in latest.items() if outcome == KILLED]
     if killed:  # the kill switch removed every route: nothing is on BBR, other state stays

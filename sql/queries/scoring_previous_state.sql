@@ -1,5 +1,5 @@
 -- The selections rows of the rounds holding each POP's state, with the trial columns of the
--- prefixes in a trial or kept by one (trial_rounds, 010; 0 / nan for the others).  {{keys}} =
+-- prefixes in a trial or kept by one (trial_rounds, 010; 0 for the others).  {{keys}} =
 -- (pop, round_id) tuples, one per POP (bounded by the number of POPs); %(lo)s, %(hi)s bound
 -- round_time.  Sorted by pop, prefix (controller/scoring/state.py then need not sort them).
 SELECT pop, prefix, decision, selected_since, holdout_since, cooldown_until, last_seen, baseline_low_rate,

@@ -23,8 +23,10 @@ Per size and target (one server = the reference, then the cluster), in a fresh d
   round  `runs` more run_rounds 5 minutes apart: each merges one new bucket into the cache,
          scores 36 buckets, decides against the previous state and writes (what every
          controller round costs).  Medians and ranges over these.
-Per phase: run_round's timings (refresh, score, decide, write; "other" = the rest, e.g. the
-cluster's shard check).  CPU: utime + stime of every clickhouse-server process from
+The rounds are a running controller's: each takes its previous state from the state the round
+before it wrote (controller/scoring/state.py StateMemo), the first reads it from the store.
+Per phase: run_round's timings (refresh, score, previous, decide, write; "other" = the rest, e.g.
+the cluster's shard check).  CPU: utime + stime of every clickhouse-server process from
 /proc/<pid>/stat before and after each step (pid files: $DYNCC_STACK_DIR/cluster/<node>/ for
 the cluster nodes, --server-pid-file for the server), also over the replica sync that follows
 a round on the cluster (the scoring cache, selections and outcomes are replicated to every
@@ -59,6 +61,7 @@ from bench.scoring import fill, peak_rss_mib, reset_peak_rss, timed_section
 from controller.scoring.query import window_for
 from controller.scoring.round import RoundResult, run_round
 from controller.scoring.settings import ScoringSettings
+from controller.scoring.state import StateMemo
 from controller.statistics import cache
 from controller.statistics.source import Window
 from controller.store import ClickHouseStore, ClusterStore, Store, open_store
@@ -67,7 +70,7 @@ from controller.store.topology import shard_database
 
 REPO = Path(__file__).resolve().parent.parent
 POP = "bench1"
-PHASES = ("refresh", "score", "decide", "write", "other")
+PHASES = ("refresh", "score", "previous", "decide", "write", "other")
 #: the tables a round writes on the cluster (sharded or replicated to every node) and the fill's
 SYNCED = ("scoring_cache", "scoring_versions", "scoring_state", "scoring_state_keys", "selections", "round_outcomes")
 SYNC_TIMEOUT = 3600  # seconds
@@ -156,9 +159,10 @@ def sync_replicas(store: Store, tables: tuple[str, ...]) -> None:
             node.close()
 
 
-def a_round(store: Store, meter: Meter, cfg: ScoringSettings, when: dt.datetime) -> Step:
+def a_round(store: Store, meter: Meter, cfg: ScoringSettings, when: dt.datetime, memo: StateMemo) -> Step:
+    """One round of a running controller (`memo`: the state its round before wrote)."""
     result: RoundResult
-    result, seconds, cpu = measured(meter, lambda: run_round(store, cfg, when, POP))
+    result, seconds, cpu = measured(meter, lambda: run_round(store, cfg, when, POP, memo=memo))
     phases = {k: result.timings.get(k, 0.0) for k in PHASES if k != "other"}
     phases["other"] = result.seconds - sum(phases.values())
     _, settle, settle_cpu = measured(meter, lambda: sync_replicas(store, SYNCED))
@@ -257,12 +261,13 @@ def bench_target(
         )
         with timed_section(lock):
             reset_peak_rss()
-            cold = a_round(store, meter, cfg, now)
+            memo = StateMemo()
+            cold = a_round(store, meter, cfg, now, memo)
             first = "first round on the kept cache" if kept_cache else "cold round"
             print(f"  {target} {size}: {first} {cold.seconds:.1f}s {_phases(cold)}", flush=True)
             rounds = []
             for i in range(1, runs + 1):
-                step = a_round(store, meter, cfg, now + dt.timedelta(minutes=5 * i))
+                step = a_round(store, meter, cfg, now + dt.timedelta(minutes=5 * i), memo)
                 rounds.append(step)
                 print(f"  {target} {size}: round {i} {step.seconds:.2f}s {_phases(step)}", flush=True)
         nodes = [n for n, p in pids.items() if p is not None]

@@ -25,8 +25,15 @@ def texts(values: Any) -> np.ndarray:
 
 
 def typed(values: Any, dtype: str) -> np.ndarray:
-    """The column as a numpy array of `dtype` ('object' = texts)."""
-    return texts(values) if dtype == "object" else np.asarray(values).astype(np.dtype(dtype))
+    """The column as a numpy array of `dtype` ('object' = texts); a missing value (NaN) in a
+    column of integers is 0, as in a column the frame lacks (columns_of)."""
+    if dtype == "object":
+        return texts(values)
+    arr = np.asarray(values)
+    target = np.dtype(dtype)
+    if target.kind in "iu" and arr.dtype.kind == "f" and np.isnan(arr).any():
+        arr = np.nan_to_num(arr, nan=0.0)
+    return arr.astype(target)
 
 
 def sort_key(pops: np.ndarray, prefixes: np.ndarray) -> np.ndarray:

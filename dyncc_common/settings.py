@@ -12,6 +12,8 @@ Everything else is built from the rows by the `Settings` mixin:
         defaults < the TOML file ([<component>] table, else the top level) < the flags;
         each value parsed by kind, then the row's validator, then the class's __post_init__
         for cross-field checks.  A bad value is a ConfigError with a one-line reason.
+        A list (repeatable) given as flags replaces the file's list, unless its row says
+        `extend=True`: then the flags add to the file's list (the union, the file's first).
     markdown()
         the component's section of docs/settings.md (dyncc_common.settings_doc)
 
@@ -108,6 +110,7 @@ class Setting(NamedTuple):
     metavar: str | None = None
     repeatable: bool = False  # action="append"; a TOML list or a single value
     separator: str = ""  # repeatable: also split each string item on this ("80,443")
+    extend: bool = False  # repeatable: flags add to the TOML file's list (the union) instead of replacing it
     negate_flag: str | None = None  # "--no-default-excludes": stores False; its TOML key is inverted
     negate_help: str | None = None  # --help of the negate flag (default: "the opposite of --flag")
     required: bool = False  # a flag or the TOML file must give it
@@ -535,7 +538,10 @@ class Settings:
                 continue  # not a setting (the subcommand, --config, ...) or not given
             s = row_or_none.setting
             what = s.option_strings[-1] if s.option_strings else (s.negate_flag or key)
-            given[row_or_none] = s.value(raw, what)
+            value = s.value(raw, what)
+            if s.extend and row_or_none in given:  # the file's items first, then the flags' new ones
+                value = tuple(dict.fromkeys((*given[row_or_none], *value)))
+            given[row_or_none] = value
         for row in table.rows:
             s = row.setting
             if s.required and row not in given:
@@ -578,6 +584,8 @@ class Settings:
                 names = dict.fromkeys([s.toml_key, *s.toml_aliases, s.key])
                 keys = "—" if s.cli_only else ", ".join(f"`{k}`" for k in names)
                 kind = f"list of {s.kind}" if s.repeatable else s.kind
+                if s.extend:
+                    kind += " (flags add to the file's)"
                 shown = s.display_default()
                 if s.required:
                     default = "required"
@@ -594,8 +602,12 @@ class Settings:
         return "\n".join(lines)
 
 
+#: appended to the --help of an `extend` row
+_EXTEND_HELP = "flags add to the --config file's list"
+
+
 def _help(s: Setting) -> str:
-    text = s.help
+    text = f"{s.help} ({_EXTEND_HELP})" if s.extend else s.help
     shown = s.display_default()
     if shown is not None and s.kind != BOOL:
         text = f"{text} [default: {shown}]" if text else f"[default: {shown}]"

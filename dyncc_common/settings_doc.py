@@ -22,8 +22,10 @@ Generated from the settings tables — do not edit.  Every setting of a command 
 command-line flag and, unless its TOML key is "—", a key of the file given with
 `--config FILE.toml`: in a table named after the command (`[collect]`, `[control]`, ...)
 or at the top level.  Keys may be written with `_` or `-`.  Precedence:
-defaults < the TOML file < flags.  Durations are written like `250ms`, `10s`, `5m`, `1h`,
-`7d`; sizes like `4096`, `512KiB`, `64MiB`, `1.5G`.
+defaults < the TOML file < flags.  A list setting given as flags replaces the file's list,
+except a list whose type says "flags add to the file's" (the deny list): its flags add to the
+file's list, so an urgent `--deny RANGE` keeps every range of the file.  Durations are
+written like `250ms`, `10s`, `5m`, `1h`, `7d`; sizes like `4096`, `512KiB`, `64MiB`, `1.5G`.
 """
 
 

@@ -138,7 +138,7 @@ class RolloutSettings(Settings):
 
     deny: tuple[str, ...] = setting(
         (), STR, "never route inside/over this range (infrastructure, anycast, back office); repeatable",
-        section=VALIDATION, repeatable=True, metavar="CIDR",
+        section=VALIDATION, repeatable=True, extend=True, metavar="CIDR",
     )  # fmt: skip
     v4_length: int = setting(24, INT, "IPv4 prefix length (1..31)", section=VALIDATION)
     v6_length: int = setting(56, INT, "IPv6 prefix length (1..127)", section=VALIDATION)

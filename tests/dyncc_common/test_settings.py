@@ -70,6 +70,7 @@ class DemoSettings(Settings):
         (), S.INT, "local port", repeatable=True, separator=",", metavar="PORT", validator=S.in_range(1, 65535)
     )
     state: tuple[str, ...] = setting(("established", "syn-recv"), S.STR, "TCP state", repeatable=True)
+    deny: tuple[str, ...] = setting((), S.STR, "denied range", repeatable=True, extend=True, metavar="CIDR")
     default_excludes: bool = setting(True, S.BOOL, "skip loopback peers", flag="", negate_flag="--no-default-excludes")
     verbose: bool = setting(False, S.BOOL, "debug logging", short="-v")
     even: int = setting(2, S.INT, "an even number", validator=_even)
@@ -225,6 +226,18 @@ def test_repeatable_settings(tmp_path: Path) -> None:
         parse(["--pop", "x", "--port", "80,0"])
 
 
+def test_an_extend_list_adds_flags_to_the_files_list(tmp_path: Path) -> None:
+    """extend=True (the deny list): flags add to the file's list (the union, the file's first)."""
+    config = write(tmp_path, 'pop = "x"\ndeny = ["192.0.2.0/24", "198.51.100.0/24"]\n')
+    assert parse([], config).deny == ("192.0.2.0/24", "198.51.100.0/24")
+    both = parse(["--deny", "203.0.113.0/24", "--deny", "192.0.2.0/24"], config).deny
+    assert both == ("192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24")
+    assert parse(["--pop", "x", "--deny", "203.0.113.0/24"]).deny == ("203.0.113.0/24",)
+    parser = argparse.ArgumentParser(prog="dyncc demo")
+    DemoSettings.add_arguments(parser)
+    assert "denied range (flags add to the --config file's list)" in " ".join(parser.format_help().split())
+
+
 def test_negate_flag(tmp_path: Path) -> None:
     assert DemoSettings.from_sources(POP).default_excludes is True
     assert parse(["--pop", "x", "--no-default-excludes"]).default_excludes is False
@@ -336,6 +349,7 @@ def test_markdown_section_and_generated_doc() -> None:
         "| `--interval` | `interval` | duration | `10s` | time between polls |",
         "| `--key` | `key`, `private_key` | path |  | private key that signs configs |",
         "| `--port` | `port` | list of int |  | local port |",
+        "| `--deny` | `deny` | list of str (flags add to the file's) |  | denied range |",
         "| `--no-default-excludes` | `default_excludes` | bool | `true` | skip loopback peers |",
         "| `--pop` | `pop` | str | required | POP name |",
         "| — | `kafka` | table |  | extra librdkafka settings |",
@@ -349,6 +363,7 @@ def test_markdown_section_and_generated_doc() -> None:
     doc = settings_doc.render([f"{__name__}:DemoSettings"])
     assert doc.startswith("# dyncc settings\n") and "Generated from the settings tables — do not edit" in doc
     assert text in doc
+    assert 'except a list whose type says "flags add to the file\'s" (the deny list)' in " ".join(doc.split())
     with pytest.raises(TypeError):
         settings_doc.load(f"{__name__}:POP")
 

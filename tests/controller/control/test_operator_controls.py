@@ -122,6 +122,40 @@ def test_the_deny_list_of_the_config_file_holds_every_round(
     assert controls(store)[-1][1] == ""
 
 
+def test_a_deny_flag_adds_to_the_deny_list_of_the_config_file(
+    store: Store,
+    store_url: str,
+    keys: tuple[Path, Path],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 33 item 5: an urgent `--deny RANGE` with `deny = [...]` in the --config file denies the
+    union; before, the flag replaced the file's list and its ranges (one a bbr pin) were published
+    back on BBR with only a warning."""
+    filed, pinned, urgent, good = "198.19.1.0/24", "198.19.2.0/24", "198.19.3.0/24", "198.19.4.0/24"
+    insert(store, [filed, pinned, urgent, good], normal=20)
+    out = tmp_path / "cfg"
+    options = ["--publish-dir", str(out), "--key", str(keys[0]), "--holdout", "0"]
+    pin = ["control", "--clickhouse", store_url, "pin", pinned, "--pop", POP, "--algorithm", "bbr"]
+    assert dyncc_main([*pin, "--by", "alice", "--why", "ticket 7"]) == 0
+    config = tmp_path / "control.toml"
+    config.write_text(f'[control]\ndeny = ["{filed}", "{pinned}"]\n')
+    assert control(store_url, at(0), *options, "--config", str(config)) == 0
+    assert sorted(e.prefix for e in published_file(out).entries) == [urgent, good]
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dyncc.control"):
+        assert control(store_url, at(5), *options, "--config", str(config), "--deny", urgent) == 0
+    assert [e.prefix for e in published_file(out).entries] == [good]
+    assert "no longer denied" not in caplog.text
+    rows = reasons(store, round_ids(store)[-1][0])
+    assert rows[filed] == ("skip", f"denied: {filed} overlaps denied range {filed}")
+    assert rows[pinned][0] == "skip" and rows[pinned][1].startswith(f"denied: {pinned} overlaps denied range")
+    assert rows[urgent] == ("revert", f"denied: {urgent} overlaps denied range {urgent}")
+    recorded = controls(store)[-1][1]
+    assert sorted(recorded.split(",")) == sorted([filed, pinned, urgent])
+
+
 def test_a_pinned_prefix_stays_as_pinned_through_rounds(
     store: Store,
     store_url: str,

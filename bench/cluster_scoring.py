@@ -145,7 +145,7 @@ def sync_replicas(store: Store, tables: tuple[str, ...]) -> None:
     for replica in store.topology().nodes():
         url = store.node_url(replica, "default")
         # the sync waits for the replica's whole queue (fetches and merges): minutes at 1M prefixes
-        node = ClickHouseStore(dataclasses.replace(url, options={**url.options, "timeout": str(SYNC_TIMEOUT)}))
+        node = ClickHouseStore(dataclasses.replace(url, timeout=float(SYNC_TIMEOUT)))
         try:
             for database in (store.database, shard_database(store.database)):
                 rows = node.query_rows(

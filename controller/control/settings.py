@@ -18,7 +18,7 @@ from controller.evidence.settings import EvidenceSettings
 from controller.rollout.settings import RolloutSettings
 from controller.rollout.validate import ValidationPolicy
 from controller.scoring.settings import DECISIONS, ScoringSettings
-from controller.store.settings import STORE_URL_HELP
+from controller.store.settings import STORE_URL_HELP, check_store_url
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_pop
 from dyncc_common.runtime import METRICS_ADDRESS
@@ -102,7 +102,9 @@ class ControlSettings(Settings):
 
     COMPONENT: ClassVar[str] = "control"
 
-    clickhouse: str | None = setting(None, STR, STORE_URL_HELP, metavar="URL")  # needed by a round, not keygen
+    clickhouse: str | None = setting(
+        None, STR, STORE_URL_HELP, metavar="URL", validator=check_store_url
+    )  # needed by a round, not keygen
     at: str | None = setting(
         None, STR, "score as of this UTC time (ISO 8601) instead of now (--once / explain)", metavar="TIME",
         validator=_iso_time,

@@ -16,7 +16,7 @@ import socket
 from pathlib import Path
 from typing import ClassVar
 
-from controller.store.settings import STORE_URL_HELP
+from controller.store.settings import STORE_URL_HELP, check_store_url
 from dyncc_common.errors import ConfigError
 from dyncc_common.kafka_security import KafkaSecurity
 from dyncc_common.names import check_brokers, check_pop, check_topic
@@ -49,7 +49,7 @@ class IngestSettings(Settings):
     kafka: str | None = setting(
         None, STR, "Kafka bootstrap servers, host:port[,host:port]", metavar="BROKERS", validator=check_brokers
     )
-    clickhouse: str = setting(None, STR, STORE_URL_HELP, metavar="URL", required=True)
+    clickhouse: str = setting(None, STR, STORE_URL_HELP, metavar="URL", validator=check_store_url, required=True)
     topic: str = setting("tcpinfo", STR, "Kafka topic")  # checked with --kafka only (__post_init__)
     group: str = setting("dyncc-ingest", STR, "Kafka consumer group")
     from_file: tuple[str, ...] = setting(
@@ -146,7 +146,7 @@ class AccessLogSettings(Settings):
 
     COMPONENT: ClassVar[str] = "access-log"
 
-    clickhouse: str = setting(None, STR, STORE_URL_HELP, metavar="URL", required=True)
+    clickhouse: str = setting(None, STR, STORE_URL_HELP, metavar="URL", validator=check_store_url, required=True)
     pop: str = setting(None, STR, "the POP of the web server", required=True, validator=check_pop)
     host: str = setting(
         None, STR, "the web server's host name, as the collector names it (tcpinfo host)",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from controller.store.settings import STORE_URL_HELP
+from controller.store.settings import STORE_URL_HELP, check_store_url
 from dyncc_common.names import check_pop
 from dyncc_common.settings import CONFIG_FILE, STR, VERBOSE, Settings, reuse, setting
 
@@ -23,7 +23,7 @@ class ReportSettings(Settings):
     COMPONENT: ClassVar[str] = "report"
 
     clickhouse: str = setting(
-        None, STR, STORE_URL_HELP, metavar="URL",
+        None, STR, STORE_URL_HELP, metavar="URL", validator=check_store_url,
         required=True,
     )  # fmt: skip
     output: str = setting("report.html", STR, "HTML file to write", short="-o", metavar="FILE")

@@ -44,7 +44,7 @@ def open_store(url: str, *, existing: bool = False) -> Store:
     """
     parsed = parse_store_url(url)
     if parsed.scheme == "clickhouse":
-        return ClusterStore(parsed) if parsed.options.get("cluster") else ClickHouseStore(parsed)
+        return ClusterStore(parsed) if parsed.cluster else ClickHouseStore(parsed)
     if existing and not os.path.isdir(parsed.path):
         raise StoreError(
             f"no chDB store at {parsed.path}: the directory does not exist (a new store is made by "

@@ -68,7 +68,7 @@ def tls_error(text: str, url: StoreURL) -> str:
     """The reason for a TLS handshake that cannot succeed as configured, or "" (`text`: the driver's error)."""
     if "CERTIFICATE_VERIFY_FAILED" in text:
         detail = text.partition("certificate verify failed:")[2].partition("(")[0].strip() or "not trusted"
-        given = url.options.get("ca_certs")
+        given = url.ca_certs
         hint = f"did ca_certs={given} sign it?" if given else "give its CA with ca_certs=FILE"
         return f"TLS: the server's certificate is not trusted ({detail}): {hint}"
     if "WRONG_VERSION_NUMBER" in text or "UNKNOWN_PROTOCOL" in text or "record layer failure" in text:

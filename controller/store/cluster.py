@@ -52,7 +52,7 @@ class ClusterStore(ClickHouseStore):
 
     def __init__(self, url: StoreURL) -> None:
         super().__init__(url, server_settings=READ_SETTINGS)
-        self.cluster = url.options["cluster"]
+        self.cluster = str(url.cluster)
         self._topology: Topology | None = None
         self._shards: list[ShardStore] | None = None
 
@@ -69,8 +69,9 @@ class ClusterStore(ClickHouseStore):
 
     def node_url(self, replica: Replica, database: str) -> StoreURL:
         # one node exactly: a schema step must not land on an alternative host
-        options = {k: v for k, v in self.url.options.items() if k not in ("cluster", "alt_hosts")}
-        return dataclasses.replace(self.url, host=replica.host, port=replica.port, database=database, options=options)
+        return dataclasses.replace(
+            self.url, host=replica.host, port=replica.port, database=database, cluster=None, alt_hosts=""
+        )
 
     def node_store(self, replica: Replica, database: str) -> ClickHouseStore:
         """A plain store on one node with `database` as default (the caller closes it)."""
@@ -105,7 +106,7 @@ class ClusterStore(ClickHouseStore):
             reason = ""
             for replica in shard.replicas:
                 url = self.node_url(replica, "default")
-                probe = dataclasses.replace(url, options={**url.options, "connect_timeout": str(PROBE_TIMEOUT)})
+                probe = dataclasses.replace(url, connect_timeout=PROBE_TIMEOUT)
                 store = ClickHouseStore(probe)
                 try:
                     store.version()

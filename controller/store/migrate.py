@@ -108,7 +108,7 @@ def _nothing_pending(store: ClusterStore, todo: list[Migration]) -> bool:
 
 
 def _rendered(store: Store, text: str, version: Version) -> str:
-    return render_markers(text, version, ttl=store.url.options.get("ttl", "on") != "off")
+    return render_markers(text, version, ttl=store.url.ttl)
 
 
 def _record(store: Store, migration: Migration) -> None:

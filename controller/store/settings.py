@@ -7,16 +7,29 @@ import re
 import urllib.parse
 from typing import ClassVar
 
-from dyncc_common.errors import ConfigError
+from controller.store.url import parse_store_url
+from dyncc_common.errors import ConfigError, StoreError
 from dyncc_common.settings import CONFIG_FILE, STR, Settings, reuse, setting
 
-__all__ = ["STORE_URL_HELP", "SchemaSettings"]
+__all__ = ["STORE_URL_HELP", "SchemaSettings", "check_store_url"]
 
 STORE_URL_HELP = (
     "store URL: clickhouse://user@host:port/db or chdb:///path/dir; a ClickHouse cluster: "
     "clickhouse://user@host:port/db?cluster=NAME; TLS: ?secure=1&ca_certs=FILE; "
-    "a password: ?password_file=FILE (docs/store.md)"
+    "a password: ?password_file=FILE; an unknown option is refused (docs/store.md)"
 )
+
+
+def check_store_url(value: str, what: str) -> str:
+    """The validator of every --clickhouse: the URL and its options parse (ConfigError: exit 2 at
+    start).  Its files (ca_certs=, password_file=) are read when the store is opened."""
+    try:
+        parse_store_url(value, files=False)
+    except StoreError as exc:
+        raise ConfigError(str(exc)) from None
+    return value
+
+
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -30,7 +43,7 @@ class SchemaSettings(Settings):
         None, STR, "apply pending migrations / list them", flag="action", choices=("apply", "status"),
         required=True, cli_only=True,
     )  # fmt: skip
-    clickhouse: str = setting(None, STR, STORE_URL_HELP, metavar="URL", required=True)
+    clickhouse: str = setting(None, STR, STORE_URL_HELP, metavar="URL", required=True, validator=check_store_url)
     cluster: str | None = setting(
         None, STR,
         "create the schema on this cluster of the server's remote_servers (sharded, replicated tables "

@@ -60,6 +60,7 @@ def _read_config_file(path: Path) -> CongestionConfig:
 
 def _build_agent(settings: AgentSettings) -> Agent:
     from collector.agent.core import Agent, AgentMetrics
+    from collector.agent.plan import EdgePolicy
     from collector.agent.routes import RouteTable
     from collector.agent.state import AgentState, StateError, default_state_dir
     from schemas.signing import KeySet
@@ -88,6 +89,8 @@ def _build_agent(settings: AgentSettings) -> Agent:
         table=table,
         applier=None if table is not None else _bpf_applier(settings, state_dir),
         metrics=AgentMetrics(),
+        policy=EdgePolicy.from_texts(settings.allow, settings.deny),  # checked by AgentSettings
+        max_config_age=settings.max_config_age,
     )
 
 
@@ -98,6 +101,14 @@ def _log_trusted_keys(agent: Agent) -> None:
 
     if isinstance(agent.public_key, KeySet):
         log.info("trusting %d public keys: %s", len(agent.public_key.ids), " ".join(agent.public_key.ids))
+
+
+def _refusals(settings: AgentSettings) -> str:
+    """The start line's account of what this edge refuses."""
+    allow = f"only inside {', '.join(settings.allow)}" if settings.allow else "any prefix"
+    deny = f", never {', '.join(settings.deny)}" if settings.deny else ""
+    age = f", configs older than {settings.max_config_age:g}s refused" if settings.max_config_age else ""
+    return f"routes {allow}, never the built-in ranges{deny}{age}"
 
 
 def _bpf_applier(settings: AgentSettings, state_dir: Path) -> BpfApplier:
@@ -173,7 +184,7 @@ def _run_kafka(settings: AgentSettings) -> int:
     )
     _log_trusted_keys(agent)
     log.info(
-        "agent for POP %s on %s (netns %s, enforce %s, proto %d): config v%d in force, reconcile every %gs",
+        "agent for POP %s on %s (netns %s, enforce %s, proto %d): config v%d in force, reconcile every %gs; %s",
         settings.pop,
         settings.host,
         settings.netns or "-",
@@ -181,6 +192,7 @@ def _run_kafka(settings: AgentSettings) -> int:
         settings.proto,
         agent.state.version,
         every,
+        _refusals(settings),
     )
     try:
         with stop.installed():

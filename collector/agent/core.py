@@ -1,7 +1,10 @@
 """The edge agent's decisions wired to its enforcement I/O (no Kafka here).
 
-`Agent.handle(config)` verifies a CongestionConfig (signature, POP, version,
-entries), applies it all-or-nothing (as routes, or with `applier=` another
+`Agent.handle(config)` verifies a CongestionConfig (signature, POP, version, age,
+entries), drops the prefixes this edge refuses (`EdgePolicy`: built-in ranges, --deny,
+outside --allow; one log line per config names them, dyncc_agent_prefix_refusals_total counts
+each, dyncc_agent_refused_prefixes holds those of the config in force, the status names them,
+and they get no route), applies the rest all-or-nothing (as routes, or with `applier=` another
 enforcement mode such as collector/agent/bpf/apply.py), persists it, and
 returns the ApplyStatus to report.  After an applied config, the connections already
 open follow it (collector/agent/bpf/iterate.py, a BPF TCP iterator): in the bpf mode on every
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -25,7 +28,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from collector.agent.apply import Applier, ApplyOutcome, RouteApplier
 from collector.agent.bpf.iterate import OpenConnections, SwitchReport
 from collector.agent.health import available_congestion_controls, read_health
-from collector.agent.plan import ACCEPT, IGNORE, REFUSE, InvalidConfig, Verdict, Wanted, check_config, parse_wanted
+from collector.agent.plan import (
+    ACCEPT,
+    IGNORE,
+    REFUSAL_REASONS,
+    REFUSE,
+    EdgePolicy,
+    InvalidConfig,
+    Verdict,
+    Wanted,
+    check_config,
+    parse_wanted,
+)
 from collector.agent.routes import RouteTable
 from collector.agent.state import AgentState
 from schemas.congestion_pb2 import ApplyStatus, CongestionConfig
@@ -43,8 +57,25 @@ class AgentMetrics:
         for result in ("applied", "failed", "refused", "ignored", "unchanged"):
             self.configs.labels(result)  # at 0 from the start: alerts see the first failure as an increase
         self.refused = Counter("dyncc_agent_configs_refused", "configs refused, by reason", ["reason"], registry=r)
-        for reason in ("unsigned", "bad_signature", "wrong_pop", "stale", "invalid"):  # collector/agent/plan.py
+        for reason in ("unsigned", "bad_signature", "wrong_pop", "stale", "too_old", "invalid"):  # plan.py
             self.refused.labels(reason)
+        self.refused_prefixes = Gauge(
+            "dyncc_agent_refused_prefixes",
+            "prefixes of the config in force this edge refuses to route (no route: built-in range, --deny, "
+            "outside --allow), by reason",
+            ["reason"],
+            registry=r,
+        )
+        self.prefix_refusals = Counter(
+            "dyncc_agent_prefix_refusals",
+            "prefixes refused to route (one per prefix of each config this process took: the stored one at "
+            "start, then each new one), by reason",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REFUSAL_REASONS:
+            self.refused_prefixes.labels(reason)
+            self.prefix_refusals.labels(reason)
         self.reconciles = Counter(
             "dyncc_agent_reconciles", "reconciles, by trigger and result", ["trigger", "result"], registry=r
         )
@@ -108,6 +139,9 @@ class Agent:
         metrics: AgentMetrics | None = None,
         applier: Applier | None = None,
         open_connections: OpenConnections | Literal["build"] | None = "build",
+        policy: EdgePolicy | None = None,
+        max_config_age: float = 0.0,
+        clock: Callable[[], int] = time.time_ns,
     ) -> None:
         """`open_connections`: "build" compiles the TCP iterator into STATE_DIR/bpf now (without the
         toolchain the agent says so when open connections would have moved); None never touches
@@ -124,7 +158,11 @@ class Agent:
             applier = RouteApplier(table)
         self.applier: Applier = applier
         self.metrics = metrics or AgentMetrics()
+        self.policy = policy or EdgePolicy()
+        self.max_config_age_ns = int(max_config_age * 1e9)
+        self.clock = clock
         self.wanted: dict[str, Wanted] | None = None
+        self.refused: dict[str, tuple[str, str]] = {}  # prefixes of the config in force this edge refuses
         self.metrics.applied_version.set(state.version)
         if open_connections == "build":
             mode = "route" if isinstance(self.applier, RouteApplier) else "bpf"
@@ -152,14 +190,52 @@ class Agent:
         """The persisted config's prefixes, if it still verifies (else: follow owned routes only)."""
         try:
             verify(config, self.public_key)
-            return parse_wanted(config, None)
+            wanted = parse_wanted(config, None)
         except (SignatureError, InvalidConfig) as exc:
             log.error("stored config v%d is not usable (%s): keeping owned routes as they are", config.version, exc)
             return None
+        kept, refused = self._refuse_prefixes(config.version, wanted)
+        self._in_force_refused(refused)
+        return kept
+
+    def _in_force_refused(self, refused: dict[str, tuple[str, str]]) -> None:
+        self.refused = refused
+        for reason in REFUSAL_REASONS:
+            self.metrics.refused_prefixes.labels(reason).set(sum(1 for r, _ in refused.values() if r == reason))
+
+    def _refuse_prefixes(
+        self, version: int, wanted: dict[str, Wanted]
+    ) -> tuple[dict[str, Wanted], dict[str, tuple[str, str]]]:
+        """`wanted` split into what this edge routes and what it refuses (logged: one line)."""
+        kept, refused = self.policy.split(wanted)
+        for reason, _ in refused.values():
+            self.metrics.prefix_refusals.labels(reason).inc()
+        if refused:
+            shown = "; ".join(why for _, why in list(refused.values())[:5])
+            more = f" (+{len(refused) - 5} more)" if len(refused) > 5 else ""
+            log.warning(
+                "config v%d: %d of %d prefixes refused by this edge, no route for them (their traffic stays "
+                "on its covering route): %s%s",
+                version,
+                len(refused),
+                len(wanted),
+                shown,
+                more,
+            )
+        return kept, refused
 
     # ----------------------------------------------------------------- status
 
-    def status(self, version: int, result: int, outcome: ApplyOutcome | None, errors: list[str]) -> ApplyStatus:
+    def status(
+        self,
+        version: int,
+        result: int,
+        outcome: ApplyOutcome | None,
+        errors: list[str],
+        refused: Mapping[str, tuple[str, str]] | None = None,
+    ) -> ApplyStatus:
+        """The ApplyStatus to report; with an outcome its errors name the refused prefixes (`refused`,
+        default: those of the config in force) and the skipped ones."""
         owned = outcome.owned if outcome is not None else self.applier.owned_count()
         status = ApplyStatus(
             host=self.host,
@@ -180,6 +256,8 @@ class Agent:
             status.routes_removed = outcome.removed
             status.routes_kept = outcome.kept
             errors = [*errors, *outcome.errors]
+            shown = self.refused if refused is None else refused
+            errors.extend(f"refused {p}: {why}" for p, (_, why) in sorted(shown.items()))
             errors.extend(f"skipped {p}: {why}" for p, why in sorted(outcome.skipped.items()))
         if len(errors) > MAX_STATUS_ERRORS:
             errors = [*errors[:MAX_STATUS_ERRORS], f"... and {len(errors) - MAX_STATUS_ERRORS} more"]
@@ -213,6 +291,8 @@ class Agent:
             signature_error=signature_error,
             applied_version=self.state.version,
             applied_signature=self.state.signature,
+            now_ns=self.clock(),
+            max_age_ns=self.max_config_age_ns,
         )
         if verdict.action == ACCEPT:
             self.metrics.received_version.set(config.version)
@@ -242,10 +322,11 @@ class Agent:
             if status.result == ApplyStatus.APPLIED:
                 status.result = ApplyStatus.UNCHANGED
             return status
+        wanted, refused = self._refuse_prefixes(config.version, wanted)
         before = self._in_force_before(wanted)
         outcome = self.applier.apply(wanted)
         self._observe(outcome)
-        label = "kill switch" if not wanted else f"{len(wanted)} prefixes"
+        label = "kill switch" if config.kill_switch else f"{len(wanted)} prefixes"
         if not outcome.ok:
             self.metrics.configs.labels("failed").inc()
             log.error(
@@ -255,7 +336,7 @@ class Agent:
                 self.state.version,
                 "; ".join(outcome.errors)[:500],
             )
-            return self.status(config.version, ApplyStatus.FAILED_ROLLED_BACK, outcome, [])
+            return self.status(config.version, ApplyStatus.FAILED_ROLLED_BACK, outcome, [], refused)
         errors: list[str] = []
         try:
             self.state.save(config)
@@ -264,6 +345,7 @@ class Agent:
             log.error("applied v%d but could not save state in %s: %s", config.version, self.state.directory, exc)
             self.state.version, self.state.config = int(config.version), config
         self.wanted = wanted
+        self._in_force_refused(refused)
         self.metrics.configs.labels("applied").inc()
         self.metrics.applied_version.set(self.state.version)
         self.metrics.kill_switch.set(int(config.kill_switch))

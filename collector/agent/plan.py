@@ -3,8 +3,14 @@
 No I/O here.  The agent's route I/O (collector/agent/routes.py) dumps the main
 table; these functions turn that dump plus a desired config into:
 
-- `check_config`: accept / unchanged / refuse a signed CongestionConfig;
+- `check_config`: accept / unchanged / refuse a signed CongestionConfig (also one signed
+  longer ago than the maximum age, unless it is a kill switch);
 - `parse_wanted`: the config's entries as canonical prefixes (refusing bad ones);
+- `EdgePolicy`: the prefixes this edge never routes, whoever signed them: the contract's
+  built-in ranges (schemas/prefix_rules.py, the controller's), the agent's `--deny` ranges,
+  and with `--allow` everything outside the allowed ranges.  `split` keeps the others; a
+  refused prefix gets no route (its traffic stays on its covering route), the rest of the
+  config applies;
 - `CoveringIndex`: longest-prefix match over the routes we do NOT own, i.e. the
   route the kernel uses today for a prefix once our own routes are ignored;
 - `make_plan`: desired owned set (same nexthop as the covering route, plus the
@@ -30,6 +36,7 @@ from collector.netlink.rtnetlink import (
 )
 from dyncc_common.errors import DynccError
 from schemas.congestion_pb2 import CongestionConfig
+from schemas.prefix_rules import RangeSet, builtin_problem, parse_ranges, shape_problem
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 NetKey = tuple[int, int, int]  # (address family, network address as int, prefix length)
@@ -120,7 +127,7 @@ ACCEPT, UNCHANGED, REFUSE, IGNORE = "accept", "unchanged", "refuse", "ignore"
 @dataclass(frozen=True)
 class Verdict:
     action: str  # ACCEPT / UNCHANGED / REFUSE / IGNORE
-    reason: str = ""  # short label for metrics (unsigned, bad_signature, wrong_pop, stale, invalid)
+    reason: str = ""  # short label for metrics (unsigned, bad_signature, wrong_pop, stale, too_old, invalid)
     detail: str = ""
 
 
@@ -132,11 +139,16 @@ def check_config(
     signature_error: str | None,
     applied_version: int,
     applied_signature: bytes,
+    now_ns: int = 0,
+    max_age_ns: int = 0,
 ) -> Verdict:
     """Decide on a config whose signature check gave `signature_error` (None = valid).
 
     A config with `target_hosts` not naming `host` is ignored: no route change and
     the applied version does not move (it is another wave of a staged rollout).
+    With `max_age_ns` > 0 a new config whose `created_at_ns` is more than that before
+    `now_ns` is refused (`too_old`), except a kill switch: it only takes prefixes off, so
+    an old one is as safe as a new one.  The config in force read again is never too old.
     """
     if not config.signature:
         return Verdict(REFUSE, "unsigned", "config is unsigned")
@@ -150,7 +162,22 @@ def check_config(
         return Verdict(UNCHANGED, "", f"version {config.version} already applied")
     if config.version <= applied_version:
         return Verdict(REFUSE, "stale", f"config version {config.version} is not newer than applied {applied_version}")
+    if max_age_ns > 0 and not config.kill_switch and now_ns - config.created_at_ns > max_age_ns:
+        age = (now_ns - config.created_at_ns) / 1e9
+        return Verdict(
+            REFUSE,
+            "too_old",
+            f"config v{config.version} was signed {_age_text(age)} ago, more than --max-config-age "
+            f"{_age_text(max_age_ns / 1e9)} (created_at_ns {config.created_at_ns})",
+        )
     return Verdict(ACCEPT)
+
+
+def _age_text(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.0f}s"
 
 
 class InvalidConfig(DynccError, ValueError):
@@ -158,17 +185,55 @@ class InvalidConfig(DynccError, ValueError):
 
 
 def canonical_prefix(text: str) -> IPNetwork:
-    try:
-        net = ipaddress.ip_network(text, strict=True)
-    except ValueError as exc:
-        raise InvalidConfig(f"bad prefix {text!r}: {exc}") from exc
-    if str(net) != text:
-        raise InvalidConfig(f"prefix {text!r} is not canonical (expected {net})")
-    if net.prefixlen == 0:
-        raise InvalidConfig(f"prefix {text!r} is a default route")
-    if net.prefixlen == net.max_prefixlen:
-        raise InvalidConfig(f"prefix {text!r} is a host route")
+    """The network of a prefix's canonical text; InvalidConfig (the contract's shape rule) otherwise."""
+    problem, net = shape_problem(text)
+    if net is None:
+        assert problem is not None
+        raise InvalidConfig(f"bad prefix: {problem[1]}")
     return net
+
+
+#: EdgePolicy's refusal reasons (metric labels)
+REFUSAL_REASONS = ("builtin", "denied", "not_allowed")
+
+
+@dataclass(frozen=True)
+class EdgePolicy:
+    """The prefixes this edge refuses to route, whoever signed the config."""
+
+    allow: RangeSet = field(default_factory=lambda: RangeSet(()))
+    deny: RangeSet = field(default_factory=lambda: RangeSet(()))
+
+    @classmethod
+    def from_texts(cls, allow: Iterable[str] = (), deny: Iterable[str] = ()) -> EdgePolicy:
+        """From CIDR texts (the agent's --allow / --deny); ValueError names a bad one."""
+        return cls(RangeSet(parse_ranges(allow, "--allow range")), RangeSet(parse_ranges(deny, "--deny range")))
+
+    def problem(self, prefix: str) -> tuple[str, str] | None:
+        """(reason, why) when this edge refuses the canonical `prefix`, else None."""
+        net = ipaddress.ip_network(prefix)
+        builtin = builtin_problem(net)
+        if builtin is not None:
+            return "builtin", builtin[1]
+        hit = self.deny.overlapping(net)
+        if hit is not None:
+            return "denied", f"{prefix} overlaps --deny range {hit}"
+        if self.allow and self.allow.covering(net) is None:
+            shown = ", ".join(str(r) for r in self.allow.ranges[:5]) + (", ..." if len(self.allow) > 5 else "")
+            return "not_allowed", f"{prefix} is outside the --allow ranges ({shown})"
+        return None
+
+    def split(self, wanted: Mapping[str, Wanted]) -> tuple[dict[str, Wanted], dict[str, tuple[str, str]]]:
+        """(the prefixes this edge routes, {refused prefix: (reason, why)})."""
+        kept: dict[str, Wanted] = {}
+        refused: dict[str, tuple[str, str]] = {}
+        for prefix, want in wanted.items():
+            problem = self.problem(prefix)
+            if problem is None:
+                kept[prefix] = want
+            else:
+                refused[prefix] = problem
+        return kept, refused
 
 
 def parse_wanted(config: CongestionConfig, available_algorithms: Iterable[str] | None) -> dict[str, Wanted]:

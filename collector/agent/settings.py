@@ -30,12 +30,14 @@ from dyncc_common.settings import (
     reuse,
     setting,
 )
+from schemas.prefix_rules import parse_ranges
 
 __all__ = ["ENFORCE_MODES", "RESERVED_PROTOS", "AgentSettings"]
 
 RESERVED_PROTOS = {0: "unspec", 1: "redirect", 2: "kernel", 3: "boot", 4: "static"}
 SOURCE = "config source (one of)"
 BPF = "enforcement"
+REFUSALS = 'what this edge refuses (docs/security.md, "What the edge refuses")'
 ENFORCE_MODES = ("route", "bpf")
 
 
@@ -48,6 +50,12 @@ def _route_proto(value: int, what: str) -> int:
 def _positive(value: float, what: str) -> float:
     if value <= 0:
         raise ConfigError(f"{what} must be positive")
+    return value
+
+
+def _not_negative(value: float, what: str) -> float:
+    if value < 0:
+        raise ConfigError(f"{what} must not be negative")
     return value
 
 
@@ -106,6 +114,20 @@ class AgentSettings(Settings):
         None, PATH, "compiled program (make bpf)", default_text="built with clang into the state directory",
         section=BPF, metavar="FILE",
     )  # fmt: skip
+    allow: tuple[str, ...] = setting(
+        (), STR, "route only prefixes inside these ranges (the POP's client ranges); none given: any prefix "
+        "outside the built-in and --deny refusals; repeatable", repeatable=True, extend=True, metavar="CIDR",
+        section=REFUSALS,
+    )  # fmt: skip
+    deny: tuple[str, ...] = setting(
+        (), STR, "never route a prefix sharing an address with this range (the edge's management and "
+        "infrastructure ranges); repeatable", repeatable=True, extend=True, metavar="CIDR", section=REFUSALS,
+    )  # fmt: skip
+    max_config_age: float = setting(
+        "7d", DURATION, "refuse a new config (not a kill switch) signed longer ago than this (its "
+        "created_at_ns), also with a lost state directory; above the controller's --republish-after; 0 = no limit",
+        section=REFUSALS, metavar="DURATION", validator=_not_negative,
+    )  # fmt: skip
     verbose: bool = reuse(VERBOSE)
     config: str | None = reuse(CONFIG_FILE)
     kafka_security: KafkaSecurity = part(KafkaSecurity)
@@ -123,6 +145,11 @@ class AgentSettings(Settings):
         if self.kafka:
             check_topic(self.config_topic, "--config-topic")
             check_topic(self.status_topic, "--status-topic")
+        try:
+            parse_ranges(self.allow, "--allow range")
+            parse_ranges(self.deny, "--deny range")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         if self.enforce != "bpf" and (self.bpf_cgroup or self.bpf_pin_dir or self.bpf_object):
             raise ConfigError("--bpf-cgroup, --bpf-pin-dir and --bpf-object go with --enforce bpf")
         if self.host is None:

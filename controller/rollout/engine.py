@@ -70,6 +70,7 @@ class RolloutConfig:
     inventory: Mapping[str, Sequence[str]] = field(default_factory=dict)
     host_expiry_ns: int = seconds_to_ns(RolloutSettings.host_expiry)
     holddown_ns: int = seconds_to_ns(RolloutSettings.holddown)
+    republish_after_ns: int = seconds_to_ns(RolloutSettings.republish_after)
     staging: bool = True
     lock: bool = RolloutSettings.lock_cc
 
@@ -84,6 +85,7 @@ class RolloutConfig:
             inventory=hosts,
             host_expiry_ns=seconds_to_ns(settings.host_expiry),
             holddown_ns=seconds_to_ns(settings.holddown),
+            republish_after_ns=seconds_to_ns(settings.republish_after),
             staging=settings.staging == "on" or (settings.staging == "auto" and bool(settings.kafka)),
             lock=settings.lock_cc,
         )
@@ -208,8 +210,9 @@ class RolloutEngine:
         diff = diff_entries(stable, config.entries)
         fp = fingerprint(config.entries)
         if diff.total == 0 and len({e.prefix for e in config.entries}) == len(config.entries):
-            if state.stable_version and self._stable_key_id(pop, state.stable_version) != self.signer.key_id:
-                return self._resign(state, config, diff, fp, latest)
+            why = self._resign_reason(pop, state.stable_version, now)
+            if why:
+                return self._resign(state, config, diff, fp, latest, why)
             log.info(
                 "%s: desired state unchanged (%d prefixes, stable v%d); nothing to publish",
                 pop,
@@ -291,16 +294,33 @@ class RolloutEngine:
             reason=reason,
         )
 
-    def _stable_key_id(self, pop: str, version: int) -> str:
-        config = rs.load_published_config(self.store, pop, version)
-        return config.key_id if config is not None else self.signer.key_id
+    def _resign_reason(self, pop: str, version: int, now: int) -> str:
+        """Why the unchanged stable config `version` must be published again ('' = it need not): it
+        was signed by another key, or it is --republish-after old (agents refuse one older than their
+        --max-config-age, docs/security.md)."""
+        config = rs.load_published_config(self.store, pop, version) if version else None
+        if config is None:
+            return ""
+        if config.key_id != self.signer.key_id:
+            return "key rotation"
+        age = now - int(config.created_at_ns)
+        if age >= self.config.republish_after_ns:
+            return f"signed {age / 3.6e12:.1f}h ago, --republish-after {self.config.republish_after_ns / 3.6e12:g}h"
+        return ""
 
     def _resign(
-        self, state: RolloutState, config: CongestionConfig, diff: ConfigDiff, fp: str, latest: Mapping[str, HostReport]
+        self,
+        state: RolloutState,
+        config: CongestionConfig,
+        diff: ConfigDiff,
+        fp: str,
+        latest: Mapping[str, HostReport],
+        why: str,
     ) -> RolloutState:
         """The desired state is the config in force, but that was signed by another key (the controller
-        switched keys: a key rotation, docs/rollout.md): publish it again POP-wide, signed with the new
-        key, so no agent depends on the old key once it is removed (no canary: no prefix changes)."""
+        switched keys: a key rotation, docs/rollout.md) or is --republish-after old: publish it again
+        POP-wide, newly signed, so no agent depends on the old key once it is removed and no agent
+        refuses it as too old (no canary: no prefix changes)."""
         pop, stable_version = state.pop, state.stable_version
         reasons = validate(
             config, previous=self._entries(pop, stable_version), last_version=config.version - 1,
@@ -310,8 +330,10 @@ class RolloutEngine:
             self._reject(config, "full", diff, reasons)
             return state
         self._publish(config, "full", diff)
-        log.info("%s: v%d = stable v%d re-signed with key %s", pop, config.version, stable_version, config.key_id)
-        reason = f"stable v{stable_version} re-signed with key {config.key_id} (key rotation)"
+        log.info(
+            "%s: v%d = stable v%d re-signed with key %s (%s)", pop, config.version, stable_version, config.key_id, why
+        )
+        reason = f"stable v{stable_version} re-signed with key {config.key_id} ({why})"
         return self._save_full(state, config, fp, config.created_at_ns, reason)
 
     def _toggles_only(

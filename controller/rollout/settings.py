@@ -194,6 +194,10 @@ class RolloutSettings(Settings):
     holddown: float = setting(
         "1h", DURATION, "do not retry a rolled-back desired state for this long unless it changes", section=STAGED
     )
+    republish_after: float = setting(
+        "1d", DURATION, "publish an unchanged stable config again, newly signed, once it is this old (below the "
+        "agents' --max-config-age, which refuses older ones)", section=STAGED,
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         """The checks that need no I/O (the inventory file is read by host_lists())."""
@@ -215,6 +219,8 @@ class RolloutSettings(Settings):
             raise ConfigError(f"--max-load {self.max_load} must be above 0")
         if not 0 <= self.max_p10_regression <= 1:
             raise ConfigError(f"--max-p10-regression {self.max_p10_regression} must be in [0, 1]")
+        if not self.republish_after > 0:
+            raise ConfigError(f"--republish-after {self.republish_after:g}s must be above 0")
         if self.min_samples < 1:
             raise ConfigError(f"--min-samples {self.min_samples} must be at least 1")
         parse_host_lists(self.hosts, "--hosts")

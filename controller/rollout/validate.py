@@ -37,7 +37,8 @@ algorithm fails the whole apply (all-or-nothing) and reports it.
 Deny overlap is checked both ways: a prefix inside a denied range, or a
 denied range (e.g. an anycast /32) inside a prefix.  Built-in denied ranges
 (loopback, link-local, multicast, unspecified, reserved, IPv4-mapped) can never
-be client prefixes.
+be client prefixes.  The prefix shape and the built-in ranges are the contract's
+(schemas/prefix_rules.py): the edge agent refuses the same prefixes again.
 """
 
 from __future__ import annotations
@@ -52,25 +53,12 @@ from dataclasses import dataclass, field
 from controller.rollout.generate import diff_entries
 from controller.rollout.settings import RolloutSettings, parse_deny
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
+from schemas.prefix_rules import BUILTIN_DENY, RangeSet, shape_problem
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+__all__ = ["BUILTIN_DENY", "ValidationPolicy", "prefix_problem", "refusal", "validate"]
 
 POP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
-BUILTIN_DENY: tuple[IPNetwork, ...] = tuple(
-    ipaddress.ip_network(n)
-    for n in (
-        "0.0.0.0/8",
-        "127.0.0.0/8",
-        "169.254.0.0/16",
-        "224.0.0.0/4",
-        "240.0.0.0/4",
-        "::/127",
-        "::ffff:0:0/96",
-        "fe80::/10",
-        "ff00::/8",
-    )
-)
 
 MAX_EXAMPLES = 5  # per reason code; the rest are counted
 
@@ -109,12 +97,9 @@ class ValidationPolicy:
         return BUILTIN_DENY + self.deny
 
     @functools.cached_property
-    def denied_intervals(self) -> dict[int, tuple[tuple[int, int, IPNetwork], ...]]:
-        """IP version -> (first, last address as int, range) of every denied range."""
-        out: dict[int, list[tuple[int, int, IPNetwork]]] = {4: [], 6: []}
-        for net in self.denied_ranges():
-            out[net.version].append((int(net.network_address), int(net.broadcast_address), net))
-        return {version: tuple(ranges) for version, ranges in out.items()}
+    def denied(self) -> RangeSet:
+        """Every denied range (built in, then --deny), asked by interval."""
+        return RangeSet(self.denied_ranges())
 
     def change_limit(self, previous_count: int) -> int:
         return int(self.max_change_fraction * max(previous_count, self.change_floor))
@@ -137,15 +122,6 @@ class _Reasons:
         return out
 
 
-def _overlapping(net: IPNetwork, policy: ValidationPolicy) -> IPNetwork | None:
-    """The first denied range sharing an address with `net` (either inside the other), or None."""
-    lo, hi = int(net.network_address), int(net.broadcast_address)
-    for first, last, deny in policy.denied_intervals[net.version]:  # = net.overlaps(deny), faster
-        if first <= hi and lo <= last:
-            return deny
-    return None
-
-
 def prefix_problem(text: str, policy: ValidationPolicy) -> tuple[str, str] | None:
     """Why validation refuses the prefix `text` as (code, detail), or None when it may be published.
 
@@ -153,24 +129,13 @@ def prefix_problem(text: str, policy: ValidationPolicy) -> tuple[str, str] | Non
     controller applies it before a config is built (controller/scoring/decide.py) so a
     refused prefix is dropped with its reason instead of rejecting the POP's whole config.
     """
-    try:
-        net = ipaddress.ip_network(text, strict=True)
-    except ValueError as exc:
-        try:
-            loose = ipaddress.ip_network(text, strict=False)
-        except ValueError:
-            return "invalid_prefix", f"{text!r} is not an IP network ({exc})"
-        return "not_canonical", f"{text!r} has host bits set (canonical {loose})"
-    if str(net) != text:
-        return "not_canonical", f"{text!r} is not canonical (canonical {net})"
-    if net.prefixlen == 0:
-        return "default_route", f"{text} is a default route"
-    if net.prefixlen == net.max_prefixlen:
-        return "host_route", f"{text} is a host route"
+    problem, net = shape_problem(text)  # schemas/prefix_rules.py: the agent checks the same shape
+    if net is None:
+        return problem
     want = policy.v4_length if net.version == 4 else policy.v6_length
     if net.prefixlen != want:
         return "bad_length", f"{text} is /{net.prefixlen}, IPv{net.version} prefixes must be /{want}"
-    hit = _overlapping(net, policy)
+    hit = policy.denied.overlapping(net)
     if hit is not None:
         return "denied", f"{text} overlaps denied range {hit}"
     return None

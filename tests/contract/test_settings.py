@@ -293,6 +293,14 @@ ADDED_SINCE = (
         f"{command} --metrics-address: a new option"
         for command in ("collect", "agent", "control", "ingest")
     }
+    | {
+        # what the edge refuses (issue 33 item 3, docs/security.md): the agent's own ranges and the
+        # maximum age of a config; the controller re-publishes an unchanged config before that age
+        "agent --allow: a new option",
+        "agent --deny: a new option",
+        "agent --max-config-age: a new option",
+        "control --republish-after: a new option",
+    }
 )
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from collector.agent.core import Agent
@@ -27,6 +28,7 @@ class Lab:
     private_key_path: Path
     public_key_path: Path
     state_dir: Path
+    signed_at_ns: int = field(default_factory=time.time_ns)  # the configs' created_at_ns: one per lab
 
     def sh(self, *cmd: str) -> str:
         return ns_sh(self.edge, *cmd)
@@ -49,12 +51,23 @@ class Lab:
         algo: str = "bbr",
         signed: bool = True,
         kill: bool = False,
+        created_at_ns: int | None = None,
     ) -> CongestionConfig:
-        config = CongestionConfig(schema_version=1, pop=pop, version=version, kill_switch=kill, round_id=f"r{version}")
+        """A config for the lab's edge, signed (unless not `signed`) at the lab's start or at `created_at_ns`:
+        the same arguments give the same config."""
+        config = CongestionConfig(
+            schema_version=1,
+            pop=pop,
+            version=version,
+            kill_switch=kill,
+            round_id=f"r{version}",
+            created_at_ns=self.signed_at_ns if created_at_ns is None else created_at_ns,
+        )
         config.entries.extend(PrefixEntry(prefix=p, algorithm=algo, reason="test") for p in prefixes)
         return sign(config, load_private_key(self.private_key_path)) if signed else config
 
-    def agent(self, table_cls: type[RouteTable] = RouteTable, **table_kw) -> Agent:
+    def agent(self, table_cls: type[RouteTable] = RouteTable, agent_kw: dict | None = None, **table_kw) -> Agent:
+        """An agent for the edge (`agent_kw`: more Agent arguments, e.g. policy=, max_config_age=)."""
         table = table_cls(self.edge, **table_kw)
         return Agent(
             pop=POP,
@@ -63,13 +76,15 @@ class Lab:
             public_key=load_public_key(self.public_key_path),
             state=AgentState(self.state_dir, POP).load(),
             table=table,
+            **(agent_kw or {}),
         )
 
 
 @contextmanager
-def build_lab(tmp_path: Path) -> Iterator[Lab]:
+def build_lab(tmp_path: Path, prefix: str = "dag") -> Iterator[Lab]:
+    """The lab; its namespaces are named PREFIX-e, PREFIX-r, PREFIX-ca, PREFIX-cb (+ a random suffix)."""
     require_root()
-    names = [new_ns_name(p) for p in ("dag-e", "dag-r", "dag-ca", "dag-cb")]
+    names = [new_ns_name(f"{prefix}-{p}") for p in ("e", "r", "ca", "cb")]
     with namespaces(names) as (edge, router, client_a, client_b):
         veth_pair(edge, "up0", router, "down0")
         veth_pair(router, "ca", client_a, "eth0")

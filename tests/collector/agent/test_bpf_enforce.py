@@ -42,6 +42,7 @@ from tests.support.netns_util import namespaces, new_ns_name, ns_sh, require_roo
 pytestmark = pytest.mark.netns
 REPO = Path(__file__).resolve().parents[3]
 POP = "lax"
+SIGNED_AT_NS = time.time_ns()  # the configs' created_at_ns: within the agent's --max-config-age
 SMALL, LARGE = 50 * 1024, 1024 * 1024
 A4, A6, B4, B6 = "198.51.100.10", "2001:db8:100::10", "203.0.113.10", "2001:db8:200::10"
 SELECT_A = ["198.51.100.0/24", "2001:db8:100::/56"]
@@ -179,7 +180,9 @@ class Enforcer:
     def config(
         self, version: int, prefixes: list[str], *, threshold: int = 0, kill: bool = False, pop: str = POP
     ) -> CongestionConfig:
-        config = CongestionConfig(schema_version=1, pop=pop, version=version, kill_switch=kill)
+        config = CongestionConfig(
+            schema_version=1, pop=pop, version=version, kill_switch=kill, created_at_ns=SIGNED_AT_NS
+        )
         config.switch_threshold_bytes = threshold
         config.entries.extend(PrefixEntry(prefix=p, algorithm="bbr", reason="test") for p in prefixes)
         return sign(config, load_private_key(self.edge.keys[0]))

@@ -7,6 +7,7 @@
 #   kafka.sh wait    block until the broker answers a metadata request (DYNCC_KAFKA_WAIT_TIMEOUT, 90 s)
 #   kafka.sh stop    SIGTERM, wait, SIGKILL
 #   kafka.sh status  exit 0 when running
+#   kafka.sh acls    apply DYNCC_KAFKA_ACLS's roles (deploy/kafka/acls.py; `wait` does it too)
 #
 # Env: DYNCC_KAFKA_PORT (19092), DYNCC_KAFKA_CONTROLLER_PORT (19093),
 #      DYNCC_STACK_DIR (<repo>/.stack), DYNCC_CACHE, DYNCC_KAFKA_HEAP_OPTS,
@@ -19,6 +20,11 @@
 #      (<tls dir>/scram-users): "name:password" lines (letters, digits, '-', '_'), created with
 #      one user "dyncc" and a random password when missing; the users are added when the
 #      storage is formatted (kafka.tools.StorageTool --add-scram), i.e. on the first start.
+# ACLs (opt-in, with a TLS port; docs/security.md "Kafka ACLs"): DYNCC_KAFKA_ACLS=FILE (e.g.
+#      deploy/kafka/acl-roles) turns on KRaft's StandardAuthorizer (what no ACL allows is denied;
+#      super user: User:ANONYMOUS, i.e. the loopback plaintext and controller listeners, the
+#      admin and inter-broker ones), maps a client certificate to User:<CN>, and `wait` (also
+#      `kafka.sh acls`) applies the FILE's roles with deploy/kafka/acls.py over the plaintext port.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,6 +48,7 @@ TLS_PORT=${DYNCC_KAFKA_TLS_PORT:-}
 MTLS_PORT=${DYNCC_KAFKA_MTLS_PORT:-}
 TLS_DIR=${DYNCC_KAFKA_TLS_DIR:-$KDIR/tls}
 SCRAM_USERS=${DYNCC_KAFKA_SCRAM_USERS:-$TLS_DIR/scram-users}
+ACLS=${DYNCC_KAFKA_ACLS:-}
 
 pom_sum() { sha256sum "$HERE/pom.xml" | cut -d' ' -f1; }
 
@@ -84,6 +91,11 @@ render_conf() {
     if [[ -n $TLS_PORT || -n $MTLS_PORT ]]; then
         tls_conf >>"$CONF.tmp"
     fi
+    if [[ -n $ACLS ]]; then
+        [[ -n $TLS_PORT || -n $MTLS_PORT ]] || die "DYNCC_KAFKA_ACLS needs DYNCC_KAFKA_TLS_PORT or DYNCC_KAFKA_MTLS_PORT (clients must authenticate)"
+        [[ -r $ACLS ]] || die "DYNCC_KAFKA_ACLS: cannot read $ACLS"
+        acl_conf >>"$CONF.tmp"
+    fi
     mv "$CONF.tmp" "$CONF"
 }
 
@@ -125,6 +137,27 @@ listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 listener.name.mtls.ssl.client.auth=required
 EOF
+}
+
+# acl_conf: the authorizer (appended).  The plaintext and controller listeners are the loopback
+# admin and inter-broker ones: their principal, User:ANONYMOUS, is the super user.
+acl_conf() {
+    cat <<'EOF'
+
+############################# ACLs (DYNCC_KAFKA_ACLS) #############################
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:ANONYMOUS
+ssl.principal.mapping.rules=RULE:^CN=([^,]+)$/$1/,DEFAULT
+EOF
+}
+
+cmd_acls() {
+    [[ -n $ACLS ]] || die "set DYNCC_KAFKA_ACLS=FILE (the roles: deploy/kafka/acl-roles)"
+    local py
+    py=$(python_for_wait)
+    [[ -n $py ]] || die "no python with confluent_kafka to apply the ACLs (DYNCC_PYTHON)"
+    "$py" "$HERE/acls.py" "127.0.0.1:$PORT" "$ACLS" || die "could not apply the ACLs of $ACLS"
 }
 
 # JAVA_CMD: java with heap/GC/logging options and the jar class path.
@@ -233,6 +266,7 @@ while True:
 PY
     fi
     log "ready on 127.0.0.1:$PORT after $(($(now_ms) - t0)) ms"
+    if [[ -n $ACLS ]]; then cmd_acls; fi
 }
 
 cmd_stop() {
@@ -254,6 +288,7 @@ case ${1:-} in
     wait) cmd_wait ;;
     stop) cmd_stop ;;
     status) cmd_status ;;
+    acls) cmd_acls ;;
     restart) cmd_stop; cmd_start; cmd_wait ;;
-    *) echo "usage: $0 {fetch|start|wait|stop|status|restart}" >&2; exit 2 ;;
+    *) echo "usage: $0 {fetch|start|wait|stop|status|acls|restart}" >&2; exit 2 ;;
 esac

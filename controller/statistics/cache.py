@@ -1,12 +1,14 @@
 """The scoring cache (scoring_cache): per (pop, bucket, prefix) statistics, versioned.
 
 `refresh` compares per (pop, bucket) sample counts in the source (the 5-minute rollup, or raw
-tcpinfo when the bucket / qualifying threshold differ from the rollup's) with the cache; buckets
-that are new or changed get their per-prefix statistics recomputed into the cache under a new
-version, recorded in scoring_versions after the rows (a reader never sees a version before its
-rows).  The newest RECHECK_BUCKETS buckets are re-checked every call, and one slice of
-RECHECK_BUCKETS older ones in turn, so late data for any bucket of the window is folded in within
-a few calls.  On a cluster every shard computes its own prefixes' rows at the same time.
+tcpinfo when the bucket / qualifying threshold differ from the rollup's) with the cache, over
+the whole window on every call (one count query); buckets that are new or changed get their
+per-prefix statistics recomputed into the cache under a new version, recorded in
+scoring_versions after the rows (a reader never sees a version before its rows).  So the keys a
+call returns are, for every bucket of the window, computed from at least the samples the source
+held when the call began: late data for any bucket (a backlog, a killed loader's redelivery) is
+folded in by the next call, never left behind.  The data is append-only, so a bucket whose count
+is unchanged is unchanged.  On a cluster every shard computes its own prefixes' rows at the same time.
 Writers may run side by side (a round of `dyncc control`, the keeper of each `dyncc ingest`):
 each writes whole (pop, bucket)s under its own version, so a duplicate costs work, never a
 wrong row.
@@ -33,7 +35,6 @@ log = logging.getLogger("dyncc.statistics")
 
 T = TypeVar("T")
 REFRESH_CHUNK = 4  # (pop, bucket)s per cache INSERT
-RECHECK_BUCKETS = 6  # the newest buckets compared with the source every call (late data)
 
 
 @dataclass(frozen=True)
@@ -84,40 +85,28 @@ def _to_datetime(value: Any) -> dt.datetime:
 def refresh(store: Store, source: CacheSource, window: Window, pop: str, version: int) -> list[CacheKey]:
     """Bring the scoring_cache cache up to date for the window; return the current keys.
 
-    The newest `RECHECK_BUCKETS` buckets are compared with the source every round
-    (late data), and one slice of the older ones in turn (`older_slice`): a late batch for an
-    older bucket of the window is folded in within a few rounds, never lost.  The whole window
-    is checked while some bucket of it was never looked at.
+    Every bucket of the window is compared with the source at every call (late data far behind
+    included: before, only the newest 6 buckets and one older slice per call were, and a bucket
+    55 minutes back kept a partial count for the better part of an hour).  Empty buckets are
+    recorded too (samples 0) on the first call, so a POP's empty buckets are not recomputed.
     """
     p = params(source, window, pop, version)
     cached: dict[tuple[str, int], tuple[int, int]] = {}
     for pop_, bucket, ver, samples in _counts(store, strip_comments(query("scoring_cached")), p):
         if (pop_, bucket) not in cached or ver > cached[(pop_, bucket)][0]:
             cached[(pop_, bucket)] = (ver, samples)
-    recheck_start = window.end - dt.timedelta(seconds=RECHECK_BUCKETS * source.bucket_seconds)
     first = epoch_seconds(window.start)
-    pops_known = {k[0] for k in cached} if not pop else {pop}
-    complete = bool(pops_known) and all(
-        (p_, first + i * source.bucket_seconds) in cached
-        for p_ in pops_known
-        for i in range(window.buckets - RECHECK_BUCKETS)
-    )
     fresh_sql = strip_comments(query(f"scoring_fresh_{source.kind}"))
-    checked = [(max(recheck_start, window.start), window.end)] if complete else [(window.start, window.end)]
-    if complete:  # and one older slice per round, in turn: late data far behind is folded in too
-        checked.append(older_slice(window, source.bucket_seconds))
-    fresh = {(r[0], r[1]): r[2] for a, b in checked for r in _counts(store, fresh_sql, {**p, "start": a, "end": b})}
-    if complete and {k[0] for k in fresh} - pops_known:  # a new POP: check its whole window
-        complete, checked = False, [(window.start, window.end)]
-        fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, p)}
-    spans = [(epoch_seconds(a), epoch_seconds(b)) for a, b in checked]
+    fresh = {(r[0], r[1]): r[2] for r in _counts(store, fresh_sql, p)}
     for key, (_, samples) in cached.items():  # buckets that vanished from the source: empty now
-        if any(a <= key[1] < b for a, b in spans) and key not in fresh and samples:
+        if key not in fresh and samples:
             fresh[key] = 0
-    if not complete:  # remember the empty buckets too, so the full check is not repeated
-        for p_ in pops_known | {k[0] for k in fresh}:
-            for i in range(window.buckets):
-                fresh.setdefault((p_, first + i * source.bucket_seconds), 0)
+    # remember the empty buckets of every POP seen, so they are recorded once, not recomputed
+    for p_ in {k[0] for k in cached} | {k[0] for k in fresh}:
+        for i in range(window.buckets):
+            key = (p_, first + i * source.bucket_seconds)
+            if key not in cached:
+                fresh.setdefault(key, 0)
     stale = sorted(k for k, n in fresh.items() if k not in cached or cached[k][1] != n)
     insert, rows_sql = query("scoring_refresh_insert"), query(f"scoring_refresh_{source.kind}")
     for i in range(0, len(stale), REFRESH_CHUNK):
@@ -138,24 +127,6 @@ def refresh(store: Store, source: CacheSource, window: Window, pop: str, version
     current = {k: v for k, (v, n) in cached.items() if n}
     current.update({k: version for k in stale if fresh[k]})
     return sorted((CacheKey(k[0], k[1], v) for k, v in current.items()), key=lambda k: (k.pop, k.bucket_ts))
-
-
-def older_slice(window: Window, bucket_seconds: int) -> tuple[dt.datetime, dt.datetime]:
-    """The older buckets a round re-checks besides the newest RECHECK_BUCKETS: the window's
-    buckets before those, in slices of RECHECK_BUCKETS taken in turn by the bucket number of the
-    window's end, so every bucket of the window is compared with the source at least once every
-    ceil((buckets - RECHECK_BUCKETS) / RECHECK_BUCKETS) rounds."""
-    older = max(0, window.buckets - RECHECK_BUCKETS)
-    if older == 0:
-        return window.start, window.start
-    slices = -(-older // RECHECK_BUCKETS)
-    turn = (epoch_seconds(window.end) // bucket_seconds) % slices
-    start = window.start + dt.timedelta(seconds=turn * RECHECK_BUCKETS * bucket_seconds)
-    end = min(
-        start + dt.timedelta(seconds=RECHECK_BUCKETS * bucket_seconds),
-        window.start + dt.timedelta(seconds=older * bucket_seconds),
-    )
-    return start, end
 
 
 def on_every_shard(store: Store, op: Callable[[Store], T]) -> list[T]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,7 @@ from controller.statistics.source import CacheSource, epoch_seconds
 from controller.store import Store, open_store
 from dyncc_common.errors import StoreError
 from tests.support import scoring_synth as synth
+from tests.support.cache_check import cache_differences
 
 NOW = dt.datetime(2024, 3, 1, 12, 0, 30, tzinfo=dt.UTC)
 BUCKET = 300
@@ -44,8 +46,8 @@ def test_a_tick_fills_the_window_once_then_only_what_changed(store: Store) -> No
     first = keeper.tick(NOW)
     assert (first.computed, first.buckets) == (24, 24)  # 2 POPs x 12 closed buckets
     assert keeper.tick(NOW).computed == 0
-    # a late batch for one bucket 8 buckets back: computed at the next tick (a window of 12
-    # buckets is re-checked whole: the newest 6 and the one slice of the 6 older), alone
+    # a late batch for one bucket 8 buckets back: computed at the next tick (every tick
+    # compares the whole window with the source), alone
     load_one = synth.samples_frame("lax", {"2001:db8:1:100::/56": synth.NORMAL}, end - 8 * BUCKET, 1, seed=9)
     synth.insert_samples(store, load_one)
     computed = [keeper.tick(NOW + dt.timedelta(seconds=BUCKET * k)).computed for k in range(3)]
@@ -122,3 +124,34 @@ def test_window_ending_before_leaves_the_bucket_in_progress_out(bucket: int) -> 
     assert epoch_seconds(window.end) % bucket == 0 and window.end <= now < window.end + dt.timedelta(seconds=bucket)
     assert window.buckets == 10
     assert np.isclose((window.end - window.start).total_seconds(), 10 * bucket)
+
+
+@pytest.mark.parametrize("first", ["keeper", "round"])
+def test_late_data_anywhere_in_the_window_is_in_the_cache_at_the_next_tick(store: Store, first: str) -> None:
+    """Issue 33 item 2: a backlog loaded late (a loader killed, restarted) for buckets 35-175
+    minutes back.  Before, a tick re-checked only the newest 6 buckets and one older slice (the
+    slices turned once per bucket): the three ticks of this bucket computed none of the five, nor
+    did the round.  Now every refresh compares the whole window: the next
+    keeper tick, or a controller round's own refresh, makes the cache equal the raw data for
+    every bucket of the window, and a tick after it computes nothing."""
+    lookback = 36 * BUCKET  # the default window (3 h)
+    end = epoch_seconds(NOW) - epoch_seconds(NOW) % BUCKET
+    load(store, end - lookback, 36, seed=4)
+    keeper = CacheKeeper(store, CacheSource(), lookback)
+    assert keeper.tick(NOW).computed == 72
+    late_back = (7, 11, 12, 20, 35)  # buckets back from the window's end (11: 55 minutes)
+    for back in late_back:
+        frame = synth.samples_frame("fra", {"2001:db8:0:100::/56": synth.NORMAL}, end - back * BUCKET, 1, seed=back)
+        synth.insert_samples(store, frame)
+    assert len(cache_differences(store, end - lookback, end)) == len(late_back)  # the partial counts
+    if first == "round":  # a controller round refreshes through the same code, with its own version
+        cfg = ScoringSettings(lookback_seconds=lookback)
+        version = time.time_ns()  # a round's version is its time, after the keeper's tick above
+        keys = refresh(store, cfg, window_for(NOW, cfg), "", version)
+        assert sorted(k.bucket_ts for k in keys if k.version == version) == sorted(end - b * BUCKET for b in late_back)
+        assert cache_differences(store, end - lookback, end) == {}
+    for minute in range(3):  # three ticks within the same bucket, a minute apart (--cache-every 1m)
+        tick = keeper.tick(NOW + dt.timedelta(seconds=60 * minute))
+        assert tick.computed == (len(late_back) if minute == 0 and first == "keeper" else 0), (minute, tick)
+        assert tick.buckets == 72
+        assert cache_differences(store, end - lookback, end) == {}, minute

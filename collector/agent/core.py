@@ -9,8 +9,10 @@ enforcement mode such as collector/agent/bpf/apply.py), persists it, and
 returns the ApplyStatus to report.  After an applied config, the connections already
 open follow it (collector/agent/bpf/iterate.py, a BPF TCP iterator): in the bpf mode on every
 change, in the route mode on the kill switch; the count is in the log line and the
-dyncc_agent_open_connections counter.  `Agent.reconcile(reason)` re-applies the
-config in force so owned routes follow their covering routes and stale ones go
+dyncc_agent_open_connections counter.  In the route mode, the open connections a config moves
+off BBR keep BBR until they close (collector/agent/lingering.py): they are counted after every
+apply and reconcile (dyncc_agent_reverted_bbr_connections, one log line while any remain).
+`Agent.reconcile(reason)` re-applies the config in force so owned routes follow their covering routes and stale ones go
 (in the bpf mode: the maps equal the config and the program is attached).
 Both log one line and update the per-instance Prometheus registry.
 """
@@ -28,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from collector.agent.apply import Applier, ApplyOutcome, RouteApplier
 from collector.agent.bpf.iterate import OpenConnections, SwitchReport
 from collector.agent.health import available_congestion_controls, read_health
+from collector.agent.lingering import count_on_bbr, reverted
 from collector.agent.plan import (
     ACCEPT,
     IGNORE,
@@ -120,6 +123,12 @@ class AgentMetrics:
             ["result"],
             registry=r,
         )
+        self.lingering_bbr = Gauge(
+            "dyncc_agent_reverted_bbr_connections",
+            "route mode: open connections still on BBR to prefixes a config moved off BBR (they keep it "
+            "until they close), counted after each apply and reconcile",
+            registry=r,
+        )
         for result in ("switched", "failed"):
             self.open_connections.labels(result)
         for result in ("ok", "failed", "unavailable"):
@@ -163,6 +172,8 @@ class Agent:
         self.clock = clock
         self.wanted: dict[str, Wanted] | None = None
         self.refused: dict[str, tuple[str, str]] = {}  # prefixes of the config in force this edge refuses
+        self.lingering: set[str] = set()  # route mode: reverted prefixes that had open BBR connections
+        self.lingering_count = 0  # and their open BBR connections at the last count
         self.metrics.applied_version.set(state.version)
         if open_connections == "build":
             mode = "route" if isinstance(self.applier, RouteApplier) else "bpf"
@@ -324,6 +335,7 @@ class Agent:
             return status
         wanted, refused = self._refuse_prefixes(config.version, wanted)
         before = self._in_force_before(wanted)
+        previous = self._route_in_force()
         outcome = self.applier.apply(wanted)
         self._observe(outcome)
         label = "kill switch" if config.kill_switch else f"{len(wanted)} prefixes"
@@ -350,6 +362,9 @@ class Agent:
         self.metrics.applied_version.set(self.state.version)
         self.metrics.kill_switch.set(int(config.kill_switch))
         report = self._follow_open(before, wanted)
+        if previous is not None:
+            self.lingering |= reverted(previous, wanted)
+            self._count_lingering(wanted)
         opened = f"; {report.summary()}" if report is not None and report.ok else ""  # else: a warning line
         log.info("applied v%d (%s): %s%s", config.version, label, outcome.summary(), opened)
         if report is not None and report.error:
@@ -386,6 +401,45 @@ class Agent:
         m.open_connections.labels("failed").inc(report.failed)
         return report
 
+    def _route_in_force(self) -> Mapping[str, Wanted] | None:
+        """Route mode: what is in force before an apply (None in another mode)."""
+        if not isinstance(self.applier, RouteApplier):
+            return None
+        if self.wanted is not None:
+            return self.wanted
+        try:
+            return self.applier.in_force()
+        except OSError:
+            return {}
+
+    def _count_lingering(self, wanted: Mapping[str, Wanted]) -> None:
+        """Route mode: count the open connections still on BBR to prefixes moved off BBR (a route's
+        congctl covers new connections only), set the gauge, log them; forget prefixes with none."""
+        self.lingering = {p for p in self.lingering if p not in wanted or wanted[p].algorithm != "bbr"}
+        if not self.lingering:
+            self.metrics.lingering_bbr.set(0)
+            self.lingering_count = 0
+            return
+        try:
+            counts = count_on_bbr(self.netns, self.lingering)
+        except OSError as exc:
+            log.warning("cannot count the open BBR connections of reverted prefixes: %s", exc)
+            return
+        left = {p: n for p, n in counts.items() if n}
+        self.metrics.lingering_bbr.set(sum(left.values()))
+        if left:
+            named = ", ".join(f"{p} {n}" for p, n in sorted(left.items(), key=lambda kv: -kv[1])[:5])
+            log.info(
+                "route mode: %d open connections of %d prefixes moved off BBR stay on BBR until they close (%s%s)",
+                sum(left.values()),
+                len(left),
+                named,
+                ", ..." if len(left) > 5 else "",
+            )
+        elif self.lingering_count:
+            log.info("route mode: no open connection of a prefix moved off BBR is on BBR any more")
+        self.lingering, self.lingering_count = set(left), sum(left.values())
+
     def _follow_owned(self) -> Mapping[str, Wanted]:
         """No config known: keep the owned routes (with an algorithm) and let them follow nexthops."""
         return self.applier.in_force()
@@ -400,6 +454,8 @@ class Agent:
         self._observe(outcome)
         result = "ok" if outcome.ok else "failed"
         self.metrics.reconciles.labels(trigger, result).inc()
+        if self.lingering:
+            self._count_lingering(wanted)
         if outcome.ok:
             log.info("reconcile (%s) v%d: %s", trigger, self.state.version, outcome.summary())
         else:

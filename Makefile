@@ -13,6 +13,8 @@
 #   make bpf         compile the agent's BPF programs (collector/agent/bpf/cc_switch.c, the sock_ops program,
 #                    and cc_iter.c, the TCP iterator that switches open connections; Debian's clang)
 #                    into build/bpf/ for `dyncc agent --enforce bpf --bpf-object` (part of `make deps`)
+#   make deb         the Debian packages dyncc-edge and dyncc-central into build/deb (deploy/deb/build.sh,
+#                    dpkg-buildpackage; lintian with no error; reaches PyPI for the packages' own venvs)
 #   make demo | bench | proto | clean
 
 SHELL := /bin/bash
@@ -34,7 +36,7 @@ export DYNCC_TEST_CLICKHOUSE ?= clickhouse://default:@127.0.0.1:$(or $(DYNCC_CH_
 export DYNCC_TEST_KAFKA      ?= 127.0.0.1:$(or $(DYNCC_KAFKA_PORT),19092)
 export DYNCC_TEST_CLUSTER    ?= clickhouse://default:@127.0.0.1:$(or $(DYNCC_CLUSTER_TCP_PORT),19101)/default?cluster=dyncc
 
-.PHONY: venv deps bpf stack-up stack-down stack-status cluster-up cluster-down cluster-status test lint demo bench proto clean
+.PHONY: venv deps bpf deb stack-up stack-down stack-status cluster-up cluster-down cluster-status test lint demo bench proto clean
 
 venv: $(STAMP)
 
@@ -65,8 +67,13 @@ _ch-install:
 	bash deploy/clickhouse/clickhouse.sh install
 	bash deploy/lab/lab.sh install
 	bash deploy/prometheus/prometheus.sh install
+	bash deploy/deb/build.sh deps
 _kafka-fetch:
 	bash deploy/kafka/kafka.sh fetch
+
+# dyncc-edge and dyncc-central (debian/), checked by lintian (no error allowed).
+deb: venv
+	PY=$(PY) DYNCC_DEB_LINTIAN=1 bash deploy/deb/build.sh
 
 stack-up:
 	$(STACK) up

@@ -29,7 +29,7 @@ KAFKA_BROKERS = os.environ.get("DYNCC_TEST_KAFKA", "127.0.0.1:19092")
 #: every other cluster test would see), and the `servers_group` tests one after another (private
 #: brokers and servers on fixed ports).
 SERIAL_MARKERS = frozenset({"netns"})
-SERIAL_PATHS = ("tests/e2e/", "tests/deploy/test_lab_install.py")
+SERIAL_PATHS = ("tests/e2e/", "tests/deploy/test_lab_install.py", "tests/deploy/test_deb_install.py")
 GROUPS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
     # mark: (fixtures or parameters that put a test in the group, paths that do)
     "cluster_group": (

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.agent_lab import POP, Lab, build_lab
-from tests.support.netns_util import REPO, namespaces, new_ns_name
+from tests.support.netns_util import REPO, namespaces, new_ns_name, ns_sh
 
 pytestmark = pytest.mark.netns
 UNITS = REPO / "deploy" / "systemd"
@@ -151,3 +151,50 @@ def test_agent_applies_routes_with_cap_net_admin_and_needs_it(lab: Lab) -> None:
     assert sorted(r["dst"] for r in lab.owned_json()) == ["198.51.100.0/24", "2001:db8:100::/56"]
     lines = lab.owned_text().strip().splitlines()
     assert len(lines) == 2 and all("congctl bbr" in line for line in lines), lines
+
+
+def holder(ns: str, code: str) -> subprocess.Popen[str]:
+    """`code` (Python) in `ns`, kept running until killed; it prints "ready" once set up."""
+    proc = subprocess.Popen(
+        ["ip", "netns", "exec", ns, sys.executable, "-c", code + "\nprint('ready', flush=True)\nsys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def edge_algorithm(lab: Lab) -> str:
+    """The congestion control of the edge's one connection to 198.51.100.10 (`ss -ti`)."""
+    out = ns_sh(lab.edge, "ss", "-tinH", "dst", "198.51.100.10")
+    names = [n for n in ("bbr", "cubic") if f" {n} " in f" {out} "]
+    assert len(names) == 1, out
+    return names[0]
+
+
+def test_agent_kill_switch_moves_open_connections_with_cap_bpf_and_cap_perfmon(lab: Lab) -> None:
+    caps = unit_capabilities("agent")
+    applied = agent_once(lab, caps, 1, ["198.51.100.0/24"])
+    assert applied["result"] == "APPLIED", applied
+    procs = [
+        holder(lab.client_a, f"import socket, sys\ns = socket.socket(); s.bind(('198.51.100.10', {PORT})); s.listen()"),
+        holder(lab.edge, f"import socket, sys\nc = socket.create_connection(('198.51.100.10', {PORT}), timeout=10)"),
+    ]
+    try:
+        assert edge_algorithm(lab) == "bbr"  # the route's congctl
+        for cap in ("CAP_BPF", "CAP_PERFMON"):  # the iterator cannot run: the connection keeps BBR
+            agent_once(lab, caps, 2 if cap == "CAP_BPF" else 4, ["198.51.100.0/24"])
+            killed = agent_once(lab, without(caps, cap), 3 if cap == "CAP_BPF" else 5, [], kill=True)
+            assert killed["result"] == "APPLIED", killed
+            assert [e for e in killed.get("errors", []) if "keep their algorithm" in e and "cannot load" in e], killed
+            assert edge_algorithm(lab) == "bbr", cap
+        agent_once(lab, caps, 6, ["198.51.100.0/24"])
+        killed = agent_once(lab, caps, 7, [], kill=True)
+        assert killed["result"] == "APPLIED" and not killed.get("errors"), killed
+        assert edge_algorithm(lab) == "cubic"
+        assert lab.owned_json() == []
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -54,9 +54,9 @@ def resolve_window(since: str | None, until: str | None) -> tuple[dt.datetime | 
 def check_output(path: str) -> None:
     """ConfigError unless the report can be written at `path` (its directory is created)."""
     out = Path(path)
-    if not path or out.is_dir():
-        raise ConfigError(f"bad --output {path!r}: give a file name")
-    try:
+    try:  # is_dir() raises, not False, where a directory on the way may not be searched (EACCES)
+        if not path or out.is_dir():
+            raise ConfigError(f"bad --output {path!r}: give a file name")
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"cannot write --output {path}: {exc.strerror or exc}") from exc

@@ -49,10 +49,16 @@ def check_args(settings: DemoSettings) -> float:
         raise ConfigError(f"bad --round-seconds {settings.round_seconds}: at least 5")
     if duration < MIN_ROUNDS * settings.round_seconds:
         raise ConfigError(f"--duration must cover at least {MIN_ROUNDS} rounds")
-    if settings.recording is not None and not Path(settings.recording).is_file():
-        raise ConfigError(f"--recording {settings.recording}: no such file")
-    if settings.workdir is not None and Path(settings.workdir).exists() and not Path(settings.workdir).is_dir():
-        raise ConfigError(f"bad --workdir {settings.workdir}: not a directory")
+    try:  # a path under a directory this user may not search raises (EACCES), not False
+        if settings.recording is not None and not Path(settings.recording).is_file():
+            raise ConfigError(f"--recording {settings.recording}: no such file")
+    except OSError as exc:
+        raise ConfigError(f"cannot read --recording {settings.recording}: {exc.strerror or exc}") from exc
+    try:
+        if settings.workdir is not None and Path(settings.workdir).exists() and not Path(settings.workdir).is_dir():
+            raise ConfigError(f"bad --workdir {settings.workdir}: not a directory")
+    except OSError as exc:
+        raise ConfigError(f"cannot use --workdir {settings.workdir}: {exc.strerror or exc}") from exc
     if settings.output is not None:
         from controller.report.cli import check_output
 

@@ -12,8 +12,9 @@ or, without SETTINGS (`dyncc control`, whose action decides which tables apply),
     tables, and run(args) -> int, which turns the parsed flags into those
     settings objects with from_sources() before anything else.
 Every bad command line ends with one line on stderr and exit 2: ConfigError and
-StoreError from a command, and argparse's own errors (OneLineParser prints the
-reason without the usage block).  `dyncc --version` prints the installed version
+StoreError from a command, a Kafka client its settings cannot build (e.g. a --kafka-key that
+does not match --kafka-cert: dyncc_common.kafka_security.creation_failure), and argparse's
+own errors (OneLineParser prints the reason without the usage block).  `dyncc --version` prints the installed version
 (package metadata: pyproject.toml `version`) and exits 0.
 """
 
@@ -116,6 +117,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"dyncc {name}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a Kafka client its settings cannot build: a bad configuration too
+        from dyncc_common.kafka_security import creation_failure
+
+        reason = creation_failure(exc)
+        if reason is None:
+            raise
+        print(f"dyncc {name}: bad Kafka settings: {reason}", file=sys.stderr)
+        return 2
     finally:
         if name == "collect":  # a dump helper the command did not take (refused options, ...)
             from collector.telemetry.start import discard_early_prefetch

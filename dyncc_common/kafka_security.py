@@ -36,6 +36,7 @@ __all__ = [
     "KafkaSecurity",
     "KafkaSecurityError",
     "classify",
+    "creation_failure",
     "describe",
     "librdkafka_options",
     "probe",
@@ -224,6 +225,26 @@ def security_message(kind: str, text: str) -> str:
     if cut > 0:
         detail = detail[:cut]
     return f"{_HINTS.get(kind, kind)}: {detail}"
+
+
+_INVALID_ARG = -186  # librdkafka's RD_KAFKA_RESP_ERR__INVALID_ARG: a client its settings cannot build
+
+
+def creation_failure(exc: BaseException) -> str | None:
+    """One line when `exc` is confluent_kafka's KafkaException for a client its settings cannot
+    build (librdkafka's _INVALID_ARG: a client key that does not match its certificate, an
+    unreadable or bad PEM file, ...); else None.  Read by name: nothing of confluent_kafka is
+    imported here."""
+    if type(exc).__name__ != "KafkaException" or not exc.args:
+        return None
+    err = exc.args[0]
+    code = getattr(err, "code", None)
+    if not callable(code) or code() != _INVALID_ARG:
+        return None
+    text = err.str() if callable(getattr(err, "str", None)) else str(err)
+    if "key values mismatch" in text:
+        return f"--kafka-key does not match --kafka-cert ({text})"
+    return text
 
 
 def probe(

@@ -12,8 +12,10 @@ the password as it is: it is refused without TLS (ConfigError).
 (a plaintext client talking to a TLS listener) or ""; `probe()` is the start check: a short
 metadata round trip that raises KafkaSecurityError (a ConfigError: one line, exit 2) at the
 first authentication or TLS failure and returns the reason when no broker answered (an
-outage, for the caller to ride out or report).  Stdlib only: the collector imports it before
-numpy, and it imports nothing else of dyncc.
+outage, for the caller to ride out or report).  A broker certificate that fails verification
+is read once more (`certificate_out_of_date`), so an expired one is called expired, not an
+untrusted CA.  Stdlib only at import (the collector imports it before numpy; `cryptography` is
+imported on that failure only), and it imports nothing else of dyncc.
 """
 
 from __future__ import annotations
@@ -217,14 +219,60 @@ _HINTS = {
 }
 
 
-def security_message(kind: str, text: str) -> str:
-    """One line: what failed, what to check, and librdkafka's own words (trimmed)."""
+def security_message(kind: str, text: str, brokers: str = "") -> str:
+    """One line: what failed, what to check, and librdkafka's own words (trimmed).  A broker
+    certificate that failed verification is looked at (`certificate_out_of_date`; `brokers`, or
+    the broker the text names): librdkafka says only "verify that ssl.ca.location is correctly
+    configured", even when it expired."""
     detail = text.split("]: ", 1)[-1]  # a log line's "FAIL [rdkafka#...] [thrd:...]: " prefix
-    detail = re.sub(r"^(\w+://)?\S+/(bootstrap|\d+): ", "", detail)  # "sasl_ssl://host:port/bootstrap: "
+    named = re.match(r"^(?:\w+://)?(\S+)/(?:bootstrap|\d+): ", detail)  # "sasl_ssl://host:port/bootstrap: "
+    if named and not brokers:
+        brokers = named.group(1)  # the broker that failed
+    detail = re.sub(r"^(\w+://)?\S+/(bootstrap|\d+): ", "", detail)
     cut = detail.find(" (after ")
     if cut > 0:
         detail = detail[:cut]
+    if kind == "tls" and brokers and "certificate verify failed" in detail:
+        dated = certificate_out_of_date(brokers)
+        if dated:
+            return f"TLS handshake failed: {dated} (renew it on the broker): {detail}"
     return f"{_HINTS.get(kind, kind)}: {detail}"
+
+
+def certificate_out_of_date(brokers: str, timeout: float = 2.0) -> str:
+    """ "the broker's certificate (HOST:PORT) expired on DATE" (or "is not valid before DATE") for
+    the first broker of `brokers` that shows one out of its validity period, else "".  A TLS
+    handshake that verifies nothing, only to read the certificate; any failure gives ""."""
+    import datetime as dt
+    import socket
+    import ssl
+
+    from cryptography import x509  # a dependency of dyncc already; read only on this failure
+
+    now = dt.datetime.now(dt.UTC)
+    for address in brokers.split(",")[:3]:
+        host, _, port = address.strip().rpartition(":")
+        host = host.strip("[]")
+        try:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            with (
+                socket.create_connection((host, int(port)), timeout=timeout) as raw,
+                context.wrap_socket(raw, server_hostname=host) as tls,
+            ):
+                der = tls.getpeercert(binary_form=True)
+            if not der:
+                continue
+            cert = x509.load_der_x509_certificate(der)
+        except (OSError, ValueError):
+            continue
+        shown = f"the broker's certificate ({host}:{port})"
+        if cert.not_valid_after_utc < now:
+            return f"{shown} expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
+        if cert.not_valid_before_utc > now:
+            return f"{shown} is not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
+    return ""
 
 
 _INVALID_ARG = -186  # librdkafka's RD_KAFKA_RESP_ERR__INVALID_ARG: a client its settings cannot build
@@ -280,7 +328,7 @@ def probe(
         client.poll(0)  # serves error_cb and the log queue: the reason of the failure
         kind, text = kafka_log.security_failure()
         if kind:
-            raise KafkaSecurityError(f"Kafka {brokers}: {security_message(kind, text)}")
+            raise KafkaSecurityError(f"Kafka {brokers}: {security_message(kind, text, brokers)}")
         if give_up_refused and kafka_log.refused:
             return kafka_log.last_error or reason
         if time.monotonic() >= deadline:

@@ -68,6 +68,8 @@ def tls_error(text: str, url: StoreURL) -> str:
     """The reason for a TLS handshake that cannot succeed as configured, or "" (`text`: the driver's error)."""
     if "CERTIFICATE_VERIFY_FAILED" in text:
         detail = text.partition("certificate verify failed:")[2].partition("(")[0].strip() or "not trusted"
+        if "expired" in detail or "not yet valid" in detail:  # OpenSSL's reason: trusted, but out of date
+            return f"TLS: the server's certificate is out of its validity period ({detail}): renew it on the server"
         given = url.ca_certs
         hint = f"did ca_certs={given} sign it?" if given else "give its CA with ca_certs=FILE"
         return f"TLS: the server's certificate is not trusted ({detail}): {hint}"

@@ -66,7 +66,8 @@ def main(argv: list[str]) -> int:
         print("usage: requirements.py edge|central [drop]", file=sys.stderr)
         return 2
     side = argv[0]
-    lines = DROP[side] if len(argv) == 2 else requirements(side, Path(__file__).resolve().parent.parent / "pyproject.toml")
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    lines = DROP[side] if len(argv) == 2 else requirements(side, pyproject)
     print("\n".join(lines))
     return 0
 

@@ -9,7 +9,7 @@
 #
 #   DYNCC_DEB_OUT       where the .deb files go                 [build/deb]
 #   DYNCC_DEB_VERSION   the Debian version                      [pyproject version + "-1"]
-#   DYNCC_DEB_COMPRESS  dpkg-deb's compressor options           [-Zzstd -z9]
+#   DYNCC_DEB_COMPRESS  dpkg-deb's compressor options           [-Zgzip -z6: lintian of Debian 12 refuses zstd]
 #   DYNCC_DEB_LINTIAN   1: run lintian on both packages after   [0]
 #   `build.sh deps` only installs the build dependencies (make deps, as root)
 #   PY                  the project venv's python, whose `pip freeze` pins the packaged versions
@@ -52,7 +52,7 @@ dyncc ($VERSION) unstable; urgency=medium
  -- dyncc developers <dyncc@example.org>  $(date -R)
 CHANGELOG
 
-export DYNCC_DEB_COMPRESS=${DYNCC_DEB_COMPRESS:--Zzstd -z9}
+export DYNCC_DEB_COMPRESS=${DYNCC_DEB_COMPRESS:--Zgzip -z6}
 export PIP_CACHE_DIR=$DYNCC_CACHE/pip
 if [[ -x $PY ]]; then
     "$PY" -m pip freeze --exclude-editable --disable-pip-version-check | grep -E '^[A-Za-z0-9._-]+==' \

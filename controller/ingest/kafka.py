@@ -30,6 +30,10 @@
   retried; the loader keeps running and resumes by itself.  A commit that
   fails is kept and retried (with backoff, and with the next flush's
   offsets); the rows are loaded either way and a redelivery is deduplicated.
+  A synchronous commit runs on a thread of its own and is given up after
+  `commit_timeout` (10 s): librdkafka waits for its answer without a bound, and
+  after a broker's graceful stop that answer may never come (the main thread,
+  blocked there, would neither poll, rejoin nor stop).
   librdkafka's log lines and errors, and repeated errors of the loader's own
   Kafka calls, go through dyncc_common.kafka_log.KafkaLog: about one line per
   `log_interval` during an outage.
@@ -50,6 +54,18 @@
 * TLS / SASL: `security` holds the librdkafka options of the --kafka-ca ... settings.
 * Rebalance: before partitions are revoked the buffered group is flushed and
   committed (or, if the store is down, dropped uncommitted for the next owner).
+  Partitions lost (the session timed out: the broker away, on_lost) are settled
+  the same way but nothing is committed: the group no longer knows this member,
+  and a commit would only wait for a coordinator; the next owner (usually this
+  loader, once it rejoins) skips the loaded batches through the ledger.
+* No partition: dyncc_ingest_assigned_partitions and dyncc_ingest_unassigned_seconds
+  say how long the loader has held none.  Subscribed and holding nothing for
+  `rejoin_after` (60 s) while a broker answers the topic's metadata, the loader
+  closes its consumer and subscribes with a new one (dyncc_ingest_consumer_rejoins_total,
+  one warning line): whatever state the client was left in by an outage, it joins the
+  group again.  The wait doubles after each rejoin that brought nothing (a standby
+  loader of a group with more loaders than partitions), up to 16 x, and is reset by an
+  assignment.
 * --drain: exit once every assigned partition has lag 0 (everything
   committed) after an idle poll.
 * Fault injection for tests: DYNCC_INGEST_CRASH_AFTER_INSERT=1 makes the
@@ -113,6 +129,9 @@ class KafkaConfig:
     kafka_timeout: float = 2.0  # bound of one housekeeping request (committed offsets, watermarks)
     log_interval: float = 10.0  # repeated Kafka messages: one summary line per interval
     connect_timeout: float = _DEFAULTS["connect_timeout"]  # wait_for_brokers(); 0 = do not check
+    commit_timeout: float = 10.0  # a commit not answered by then is left pending and retried
+    #: subscribed with no partition this long while a broker answers: a new consumer subscribes
+    rejoin_after: float = 60.0
     #: where the start probe's time comes from, for its error line
     connect_option: str = "--connect-timeout"
     #: librdkafka's TLS / SASL options (dyncc_common.kafka_security.librdkafka_options); holds the password
@@ -232,6 +251,7 @@ class KafkaLoader:
         self.stop = stop
         self.metrics = writer.metrics
         self.kafka_log = KafkaLog(kafka_logger, interval=cfg.log_interval, on_error=self._client_error)
+        self._consumer_class = Consumer
         self.consumer = Consumer(consumer_settings(cfg, self.kafka_log))
         self.buffer: list[Incoming] = []
         # groups being inserted, oldest first
@@ -255,9 +275,15 @@ class KafkaLoader:
         self.committed_offsets: dict[Key, int] = {}
         self.pending: dict[Key, int] = {}
         self.commit_backoff = cfg.backoff_initial
+        self.commit_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-commit")
+        self.commit_hung: Future[Any] | None = None  # a commit librdkafka has not answered
         self.next_commit_retry = 0.0
         self._next_lag = 0.0
         self._in_callback = False  # inside a rebalance callback: no housekeeping requests
+        self._no_commit = False  # partitions lost: settle without committing
+        # since when the loader holds no partition (monotonic; 0 while it holds one)
+        self.unassigned_since = time.monotonic()
+        self.rejoin_wait = cfg.rejoin_after
         self.first_message_at = 0.0  # wall clock, for the closing rate line
         self.last_flush_at = 0.0
         self.rows_loaded = 0
@@ -269,6 +295,11 @@ class KafkaLoader:
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         self.assignment = list(partitions)
         self.ever_assigned = True
+        self.metrics.assigned.set(len(partitions))
+        if partitions:
+            self.unassigned_since = 0.0
+            self.rejoin_wait = self.cfg.rejoin_after
+            self.metrics.unassigned_seconds.set(0)
         for tp in partitions:
             self.committed_offsets.pop((tp.topic, tp.partition), None)  # read again from the group
         self._next_lag = 0.0
@@ -277,8 +308,18 @@ class KafkaLoader:
             consumer.assign(partitions)
             consumer.pause(partitions)
 
-    def _on_revoke(self, consumer: Any, partitions: list[Any]) -> None:
-        log.info("revoked %s", _tps(partitions))
+    def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
+        """The session timed out (the broker away): settle the groups in flight, commit nothing."""
+        log.warning("lost %s (group session timed out); rejoining", _tps(partitions))
+        self._no_commit = True
+        try:
+            self._on_revoke(consumer, partitions, said=True)
+        finally:
+            self._no_commit = False
+
+    def _on_revoke(self, consumer: Any, partitions: list[Any], said: bool = False) -> None:
+        if not said:
+            log.info("revoked %s", _tps(partitions))
         self._in_callback = True
         try:
             self._settle(final=True)
@@ -297,6 +338,9 @@ class KafkaLoader:
             with contextlib.suppress(KeyError):
                 self.metrics.lag.remove(tp.topic, str(tp.partition))
         self.assignment = []
+        self.metrics.assigned.set(0)
+        if not self.unassigned_since:
+            self.unassigned_since = time.monotonic()
         if self.paused:
             self.paused = False
             self.metrics.paused.set(0)
@@ -304,11 +348,13 @@ class KafkaLoader:
     # ------------------------------------------------------------ main loop
 
     def run(self) -> int:
-        c = self.consumer
-        c.subscribe([self.cfg.topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self._subscribe()
         try:
             while not self.stop.is_set():
                 self._housekeep()
+                if self.unassigned_since and not self.buffer and not self.inflight:
+                    self._check_rejoin()
+                c = self.consumer  # a new one after a rejoin
                 if self.paused:
                     m = c.poll(0.2)  # stays in the group; paused partitions deliver nothing
                     if m is not None:
@@ -360,6 +406,7 @@ class KafkaLoader:
                 log.warning("offsets left uncommitted (%s); a redelivery will be deduplicated", _offsets(self.pending))
             self.pool.shutdown(wait=True)
             self.prepare_pool.shutdown(wait=True)
+            self.commit_pool.shutdown(wait=False)  # a commit that never returns must not hold the exit
             if self.rows_loaded:
                 span = max(self.last_flush_at - self.first_message_at, 1e-9)
                 log.info(
@@ -373,10 +420,51 @@ class KafkaLoader:
                     self.waited,
                 )
             try:
-                c.close()
+                self.consumer.close()
             except Exception as exc:  # closing must not hide the real outcome
                 log.warning("closing the consumer: %s", exc)
             self.kafka_log.flush()
+
+    def _subscribe(self) -> None:
+        self.consumer.subscribe(
+            [self.cfg.topic], on_assign=self._on_assign, on_revoke=self._on_revoke, on_lost=self._on_lost
+        )
+
+    def _check_rejoin(self) -> None:
+        """Subscribed without a partition for rejoin_after (or longer after earlier rejoins) while a
+        broker answers with the topic's partitions: close the consumer and subscribe with a new one."""
+        from confluent_kafka import KafkaException
+
+        held = time.monotonic() - self.unassigned_since
+        if held < self.rejoin_wait:
+            return
+        try:
+            md = self.consumer.list_topics(self.cfg.topic, timeout=self.cfg.kafka_timeout)
+            topic = md.topics.get(self.cfg.topic)
+            partitions = len(topic.partitions) if topic is not None and topic.error is None else 0
+        except KafkaException as exc:
+            self._kafka_error("metadata", exc)
+            partitions = 0
+        if not partitions:  # the broker away (or no such topic yet): a new consumer would not help
+            self.unassigned_since = time.monotonic() - self.rejoin_wait + self.cfg.lag_interval
+            return
+        log.warning(
+            "no partition for %.0f s while the broker answers (%s: %d partitions): closing the consumer "
+            "and subscribing anew",
+            held,
+            self.cfg.topic,
+            partitions,
+        )
+        self.metrics.rejoins.inc()
+        old = self.consumer
+        self.consumer = self._consumer_class(consumer_settings(self.cfg, self.kafka_log))
+        try:
+            old.close()
+        except Exception as exc:  # a client left in a bad state: the new one takes over either way
+            log.warning("closing the old consumer: %s", exc)
+        self._subscribe()
+        self.unassigned_since = time.monotonic()
+        self.rejoin_wait = min(self.rejoin_wait * 2, self.cfg.rejoin_after * 16)
 
     def _take(self, m: Any) -> None:
         err = m.error()
@@ -427,9 +515,10 @@ class KafkaLoader:
     def _housekeep(self) -> None:
         """Log summaries, commit retries and the lag gauge, whenever they are due (main thread only)."""
         self.kafka_log.tick()
+        now = time.monotonic()
+        self.metrics.unassigned_seconds.set(now - self.unassigned_since if self.unassigned_since else 0)
         if self._in_callback:
             return
-        now = time.monotonic()
         if self.pending and now >= self.next_commit_retry:
             self._commit_pending()
         if now >= self._next_lag:
@@ -567,10 +656,26 @@ class KafkaLoader:
         """Commit the loaded offsets not committed yet; True when none is left."""
         from confluent_kafka import KafkaException, TopicPartition
 
+        if self._no_commit:  # partitions lost: the group would refuse (or wait for a coordinator)
+            return False
+        if self.commit_hung is not None and not self.commit_hung.done():
+            return False  # an earlier commit still waits inside librdkafka: do not pile up more
+        self.commit_hung = None
         offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self.pending.items())]
+        # librdkafka waits for a synchronous commit's answer without a bound; after a broker's
+        # graceful stop that answer may never come.  The commit runs on a thread of its own and
+        # the main thread gives up after commit_timeout: the offsets stay pending, retried later.
+        future = self.commit_pool.submit(self.consumer.commit, offsets=offsets, asynchronous=False)
+        deadline = time.monotonic() + self.cfg.commit_timeout
+        while not future.done() and time.monotonic() < deadline:
+            wait_futures([future], timeout=0.2)
+            self.kafka_log.tick()
         try:
-            answer = self.consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
+            if not future.done():
+                self.commit_hung = future
+                raise TimeoutError(f"no answer within {self.cfg.commit_timeout:g}s")
+            answer = future.result()
+        except (KafkaException, TimeoutError) as exc:
             self._kafka_error("commit", exc)
             self.next_commit_retry = time.monotonic() + self.commit_backoff
             self.commit_backoff = min(self.commit_backoff * 2, self.cfg.backoff_max)

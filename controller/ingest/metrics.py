@@ -40,6 +40,19 @@ class IngestMetrics:
             registry=r,
         )
         self.paused = Gauge("dyncc_ingest_paused", "1 while consumption is paused (store unavailable)", registry=r)
+        self.assigned = Gauge(
+            "dyncc_ingest_assigned_partitions", "Partitions of the topic the group assigned to this loader", registry=r
+        )
+        self.unassigned_seconds = Gauge(
+            "dyncc_ingest_unassigned_seconds",
+            "Seconds this loader has been subscribed without holding any partition (0 while it holds one)",
+            registry=r,
+        )
+        self.rejoins = Counter(
+            "dyncc_ingest_consumer_rejoins",
+            "Times the loader closed its Kafka consumer and subscribed anew after holding no partition too long",
+            registry=r,
+        )
         self.kafka_errors = Counter(
             "dyncc_ingest_kafka_errors",
             "Kafka errors, by operation: client (broker connections, from librdkafka), consume, commit, "

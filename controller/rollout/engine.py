@@ -130,7 +130,10 @@ class RolloutEngine:
         return list(config.entries)
 
     def _save(self, state: RolloutState, **changes: object) -> RolloutState:
-        new = state.moved(updated_ns=self.clock(), **changes)
+        # strictly after the state it follows: one step may save twice (a wave completes, the next
+        # canary starts) on one clock reading (the lab's round clock), and the latest row is the
+        # state (sql/queries/rollout_state_latest.sql orders by updated_ns)
+        new = state.moved(updated_ns=max(self.clock(), state.updated_ns + 1), **changes)
         rs.save_state(self.store, new)
         return new
 

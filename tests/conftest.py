@@ -42,6 +42,7 @@ GROUPS: dict[str, tuple[frozenset[str], tuple[str, ...]]] = {
             "tests/collector/telemetry/test_sinks.py",
             "tests/controller/ingest/test_kafka.py",
             "tests/controller/ingest/test_kafka_outages.py",
+            "tests/controller/ingest/test_broker_outage.py",
             "tests/controller/ingest/test_access_log.py",
             "tests/deploy/test_alerts.py",
             "tests/controller/ingest/test_kafka_tls.py",

@@ -2,7 +2,7 @@
 
 * confluent-kafka consumer in group `--group`; several loaders share the
   topic's partitions.  enable.auto.commit is off: offsets are committed
-  synchronously only after BatchWriter.flush() returned, i.e. after the store
+  only after BatchWriter.flush() returned, i.e. after the store
   acknowledged every insert of the group.
 * Messages are grouped per flush by rows / bytes / age limits: a group goes
   as soon as an insert thread is idle and min_rows wait (or max_wait passed;
@@ -30,10 +30,13 @@
   retried; the loader keeps running and resumes by itself.  A commit that
   fails is kept and retried (with backoff, and with the next flush's
   offsets); the rows are loaded either way and a redelivery is deduplicated.
-  A synchronous commit runs on a thread of its own and is given up after
-  `commit_timeout` (10 s): librdkafka waits for its answer without a bound, and
-  after a broker's graceful stop that answer may never come (the main thread,
-  blocked there, would neither poll, rejoin nor stop).
+  Commits are asynchronous (librdkafka's commit(asynchronous=True)), sent from
+  the main thread, one at a time; the answer comes through on_commit while the
+  main thread polls.  Nothing waits for it: a synchronous commit waits without a
+  bound, and after a broker's graceful stop that answer may never come (the main
+  thread, blocked there, would neither poll, rejoin nor stop).  A commit not
+  answered within `commit_timeout` (10 s) is given up and sent again.  At exit
+  the loader polls for the last answer for at most commit_timeout.
   librdkafka's log lines and errors, and repeated errors of the loader's own
   Kafka calls, go through dyncc_common.kafka_log.KafkaLog: about one line per
   `log_interval` during an outage.
@@ -61,7 +64,8 @@
 * No partition: dyncc_ingest_assigned_partitions and dyncc_ingest_unassigned_seconds
   say how long the loader has held none.  Subscribed and holding nothing for
   `rejoin_after` (60 s) while a broker answers the topic's metadata, the loader
-  closes its consumer and subscribes with a new one (dyncc_ingest_consumer_rejoins_total,
+  closes its consumer (from the main thread: no other thread ever calls the consumer)
+  and subscribes with a new one (dyncc_ingest_consumer_rejoins_total,
   one warning line): whatever state the client was left in by an outage, it joins the
   group again.  The wait doubles after each rejoin that brought nothing (a standby
   loader of a group with more loaders than partitions), up to 16 x, and is reset by an
@@ -252,7 +256,7 @@ class KafkaLoader:
         self.metrics = writer.metrics
         self.kafka_log = KafkaLog(kafka_logger, interval=cfg.log_interval, on_error=self._client_error)
         self._consumer_class = Consumer
-        self.consumer = Consumer(consumer_settings(cfg, self.kafka_log))
+        self.consumer = self._new_consumer()
         self.buffer: list[Incoming] = []
         # groups being inserted, oldest first
         self.inflight: deque[tuple[list[Incoming], PreparedFlush, Future[FlushResult]]] = deque()
@@ -275,8 +279,10 @@ class KafkaLoader:
         self.committed_offsets: dict[Key, int] = {}
         self.pending: dict[Key, int] = {}
         self.commit_backoff = cfg.backoff_initial
-        self.commit_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ingest-commit")
-        self.commit_hung: Future[Any] | None = None  # a commit librdkafka has not answered
+        # the asynchronous commit librdkafka has not answered yet: its offsets, when it was sent
+        self.commit_inflight: dict[Key, int] = {}
+        self.commit_sent_at = 0.0
+        self.acked: dict[Key, int] = {}  # commits answered since the last flush line
         self.next_commit_retry = 0.0
         self._next_lag = 0.0
         self._in_callback = False  # inside a rebalance callback: no housekeeping requests
@@ -302,6 +308,11 @@ class KafkaLoader:
             self.metrics.unassigned_seconds.set(0)
         for tp in partitions:
             self.committed_offsets.pop((tp.topic, tp.partition), None)  # read again from the group
+        # a commit still unanswered was sent before this assignment (before an outage, say): its
+        # answer may never come; what is pending goes again at once instead of after commit_timeout
+        self._forget_commit()
+        self.next_commit_retry = 0.0
+        self.commit_backoff = self.cfg.backoff_initial
         self._next_lag = 0.0
         log.info("assigned %s", _tps(partitions))
         if self.paused and partitions:
@@ -402,11 +413,10 @@ class KafkaLoader:
             return 0
         finally:
             self._settle(final=True)
-            if self.pending and not self._commit_pending():
+            if self.pending and not self._commit_final():
                 log.warning("offsets left uncommitted (%s); a redelivery will be deduplicated", _offsets(self.pending))
             self.pool.shutdown(wait=True)
             self.prepare_pool.shutdown(wait=True)
-            self.commit_pool.shutdown(wait=False)  # a commit that never returns must not hold the exit
             if self.rows_loaded:
                 span = max(self.last_flush_at - self.first_message_at, 1e-9)
                 log.info(
@@ -424,6 +434,11 @@ class KafkaLoader:
             except Exception as exc:  # closing must not hide the real outcome
                 log.warning("closing the consumer: %s", exc)
             self.kafka_log.flush()
+
+    def _new_consumer(self) -> Any:
+        settings = consumer_settings(self.cfg, self.kafka_log)
+        settings["on_commit"] = self._on_commit  # served by poll()/consume() on the main thread
+        return self._consumer_class(settings)
 
     def _subscribe(self) -> None:
         self.consumer.subscribe(
@@ -456,12 +471,12 @@ class KafkaLoader:
             partitions,
         )
         self.metrics.rejoins.inc()
-        old = self.consumer
-        self.consumer = self._consumer_class(consumer_settings(self.cfg, self.kafka_log))
-        try:
-            old.close()
+        try:  # the main thread is the only one that calls the consumer: nothing is inside it now
+            self.consumer.close()
         except Exception as exc:  # a client left in a bad state: the new one takes over either way
             log.warning("closing the old consumer: %s", exc)
+        self._forget_commit()  # the old consumer's answer (if any) is gone with it
+        self.consumer = self._new_consumer()
         self._subscribe()
         self.unassigned_since = time.monotonic()
         self.rejoin_wait = min(self.rejoin_wait * 2, self.cfg.rejoin_after * 16)
@@ -641,56 +656,111 @@ class KafkaLoader:
             ends[key] = max(ends.get(key, -1), item.offset + 1)
         for key, offset in ends.items():
             self.pending[key] = max(self.pending.get(key, -1), offset)
-        done = self._commit_pending() if self.pending else True
-        log.info(
-            "flush %s; %s %s",
-            result.summary(),
-            "committed" if done else "commit failed, retrying:",
-            _offsets(ends),
-        )
+        if self.pending:
+            self._commit_pending()
+        acked, self.acked = self.acked, {}
+        waiting = {k: o for k, o in self.pending.items() if acked.get(k) != o}
+        status = [f"committed {_offsets(acked)}"] if acked else []
+        if waiting:
+            status.append(f"commit pending {_offsets(waiting)}")
+        log.info("flush %s; loaded %s; %s", result.summary(), _offsets(ends), "; ".join(status) or "nothing to commit")
         self.rows_loaded += result.rows
         self.last_flush_at = time.time()
         self.backoff = self.cfg.backoff_initial
 
     def _commit_pending(self) -> bool:
-        """Commit the loaded offsets not committed yet; True when none is left."""
+        """Send the loaded offsets not committed yet as an asynchronous commit (never blocks).
+
+        True when nothing is left to commit.  One commit is in flight at a time; its answer comes
+        through _on_commit (served by poll()/consume() on the main thread).  A commit not answered
+        within commit_timeout is given up, counted, and sent again after the backoff."""
         from confluent_kafka import KafkaException, TopicPartition
 
+        if not self.pending:
+            return True
         if self._no_commit:  # partitions lost: the group would refuse (or wait for a coordinator)
             return False
-        if self.commit_hung is not None and not self.commit_hung.done():
-            return False  # an earlier commit still waits inside librdkafka: do not pile up more
-        self.commit_hung = None
+        now = time.monotonic()
+        if self.commit_sent_at:
+            if now - self.commit_sent_at < self.cfg.commit_timeout:
+                return False  # the last one is not answered yet: do not pile up more
+            self._forget_commit()
+            self._commit_failed(TimeoutError(f"no answer within {self.cfg.commit_timeout:g}s"))
+            return False
+        if now < self.next_commit_retry:
+            return False
         offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self.pending.items())]
-        # librdkafka waits for a synchronous commit's answer without a bound; after a broker's
-        # graceful stop that answer may never come.  The commit runs on a thread of its own and
-        # the main thread gives up after commit_timeout: the offsets stay pending, retried later.
-        future = self.commit_pool.submit(self.consumer.commit, offsets=offsets, asynchronous=False)
-        deadline = time.monotonic() + self.cfg.commit_timeout
-        while not future.done() and time.monotonic() < deadline:
-            wait_futures([future], timeout=0.2)
-            self.kafka_log.tick()
         try:
-            if not future.done():
-                self.commit_hung = future
-                raise TimeoutError(f"no answer within {self.cfg.commit_timeout:g}s")
-            answer = future.result()
-        except (KafkaException, TimeoutError) as exc:
-            self._kafka_error("commit", exc)
-            self.next_commit_retry = time.monotonic() + self.commit_backoff
-            self.commit_backoff = min(self.commit_backoff * 2, self.cfg.backoff_max)
+            self.consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:
+            self._commit_failed(exc)
             return False
-        failed = [tp for tp in answer or [] if tp.error is not None]
-        done = {(tp.topic, tp.partition) for tp in offsets} - {(tp.topic, tp.partition) for tp in failed}
-        for key in done:
-            self.committed_offsets[key] = self.pending.pop(key)
-        if failed:
-            self._kafka_error("commit", KafkaException(failed[0].error))
-            self.next_commit_retry = time.monotonic() + self.commit_backoff
-            self.commit_backoff = min(self.commit_backoff * 2, self.cfg.backoff_max)
-            return False
-        self.commit_backoff = self.cfg.backoff_initial
-        return True
+        self.commit_inflight = dict(self.pending)
+        self.commit_sent_at = now
+        return False
+
+    def _on_commit(self, err: Any, partitions: list[Any]) -> None:
+        """librdkafka's answer to an asynchronous commit (main thread, inside poll/consume/close)."""
+        from confluent_kafka import KafkaException
+
+        failed: Any = err
+        for tp in partitions or []:
+            key = (tp.topic, tp.partition)
+            if self.commit_inflight.get(key) == tp.offset:
+                del self.commit_inflight[key]
+            if err is not None or tp.error is not None:
+                failed = failed or tp.error
+                continue
+            if tp.offset < 0:
+                continue
+            known = self.committed_offsets.get(key)
+            self.committed_offsets[key] = tp.offset if known is None else max(known, tp.offset)
+            if key in self.pending and self.pending[key] <= tp.offset:
+                del self.pending[key]
+            self.acked[key] = max(self.acked.get(key, -1), tp.offset)
+        if not self.commit_inflight:
+            self.commit_sent_at = 0.0
+        if failed is not None:
+            self._forget_commit()
+            self._commit_failed(KafkaException(failed))
+        else:
+            self.commit_backoff = self.cfg.backoff_initial
+            self.next_commit_retry = 0.0
+
+    def _forget_commit(self) -> None:
+        self.commit_inflight = {}
+        self.commit_sent_at = 0.0
+
+    def _commit_failed(self, exc: Exception) -> None:
+        self._kafka_error("commit", exc)
+        self.next_commit_retry = time.monotonic() + self.commit_backoff
+        self.commit_backoff = min(self.commit_backoff * 2, self.cfg.backoff_max)
+
+    def _commit_final(self) -> bool:
+        """At exit: send what is pending and poll for the answer, for at most commit_timeout.
+
+        The assigned partitions are paused first: the polls deliver no message (what is not
+        committed is redelivered and deduplicated)."""
+        from confluent_kafka import KafkaException
+
+        with contextlib.suppress(KafkaException, RuntimeError):
+            self.consumer.pause(self.consumer.assignment())
+        deadline = time.monotonic() + self.cfg.commit_timeout
+        sent = 0
+        while self.pending and time.monotonic() < deadline:
+            if not self.commit_sent_at:
+                if sent >= 2:
+                    break  # refused twice: the broker is away, a redelivery is deduplicated
+                sent += 1
+                self.next_commit_retry = 0.0
+                self._commit_pending()
+                if not self.commit_sent_at:
+                    break
+            try:
+                self.consumer.poll(0.2)  # serves on_commit
+            except (KafkaException, RuntimeError):
+                break
+        return not self.pending
 
     # ------------------------------------------------------------ lag
 

@@ -15,6 +15,7 @@
 #                    into build/bpf/ for `dyncc agent --enforce bpf --bpf-object` (part of `make deps`)
 #   make deb         the Debian packages dyncc-edge and dyncc-central into build/deb (deploy/deb/build.sh,
 #                    dpkg-buildpackage; lintian with no error; reaches PyPI for the packages' own venvs)
+#   make test-deb    the package install test, its own CI part (make test skips it; ~8 min)
 #   make demo | bench | proto | clean
 
 SHELL := /bin/bash
@@ -36,7 +37,7 @@ export DYNCC_TEST_CLICKHOUSE ?= clickhouse://default:@127.0.0.1:$(or $(DYNCC_CH_
 export DYNCC_TEST_KAFKA      ?= 127.0.0.1:$(or $(DYNCC_KAFKA_PORT),19092)
 export DYNCC_TEST_CLUSTER    ?= clickhouse://default:@127.0.0.1:$(or $(DYNCC_CLUSTER_TCP_PORT),19101)/default?cluster=dyncc
 
-.PHONY: venv deps bpf deb stack-up stack-down stack-status cluster-up cluster-down cluster-status test lint demo bench proto clean
+.PHONY: venv deps bpf deb test-deb stack-up stack-down stack-status cluster-up cluster-down cluster-status test lint demo bench proto clean
 
 venv: $(STAMP)
 
@@ -74,6 +75,11 @@ _kafka-fetch:
 # dyncc-edge and dyncc-central (debian/), checked by lintian (no error allowed).
 deb: venv
 	PY=$(PY) DYNCC_DEB_LINTIAN=1 bash deploy/deb/build.sh
+
+# The package install test (tests/deploy/test_deb_install.py), its own CI part: builds both
+# packages with lintian and installs, upgrades and purges them in a throwaway root (~8 min).
+test-deb: deps
+	DYNCC_TEST_DEB=1 $(PY) -m pytest -q -p no:cacheprovider tests/deploy/test_deb_install.py
 
 stack-up:
 	$(STACK) up

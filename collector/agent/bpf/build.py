@@ -8,7 +8,9 @@ the object is written under a temporary name and renamed, so a reader never sees
 `python -m collector.agent.bpf.build OUT_DIR` is the install step (`make bpf`): it builds both
 and prints their paths, one a line (cc_switch first).  Needs Debian's clang (`-target bpf`, `-g`
 for the BTF the maps and CO-RE need) and the kernel and libbpf headers (linux-libc-dev,
-libbpf-dev); a missing one is a BpfBuildError naming what to install.  No prebuilt object is shipped or fetched.
+libbpf-dev); a missing one is a BpfBuildError naming what to install.  Nothing is fetched; an object of
+the same name in this package's directory (the dyncc-edge Debian package compiles them there at
+package time, debian/dyncc-venv) is used as it is, so an installed agent needs no compiler.
 """
 
 from __future__ import annotations
@@ -68,6 +70,15 @@ def cached_name(program: str, text: str, probe: Sequence[str]) -> str:
     return f"{program}-{digest}.o"
 
 
+def prebuilt(name: str) -> Path | None:
+    """The object `name` shipped in this package's directory (the Debian package builds it there), if any."""
+    try:
+        shipped = Path(str(resources.files("collector.agent.bpf").joinpath(name)))
+    except (OSError, ValueError, TypeError):
+        return None
+    return shipped if shipped.is_file() else None
+
+
 def compile_cached(
     program: str,
     text: str,
@@ -78,7 +89,11 @@ def compile_cached(
     """Compile `text` (the C source of `program`) with `command(source, output)` into
     `out_dir/<program>-<hash>.o`, reusing an identical earlier build; BpfBuildError (one line,
     `missing` says what to install when the compiler is not found) on failure."""
-    target = out_dir / cached_name(program, text, command(Path("SRC"), Path("OUT")))
+    name = cached_name(program, text, command(Path("SRC"), Path("OUT")))
+    shipped = prebuilt(name)
+    if shipped is not None:
+        return shipped
+    target = out_dir / name
     if target.exists():
         return target
     try:

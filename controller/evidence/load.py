@@ -1,7 +1,9 @@
 """The effect model's data: stored samples and stored decisions, read from a store.
 
 `arm_cells` and `goodput_cells` run sql/queries/evidence_*_buckets.sql for a set of (pop,
-prefix)s sent as data (the statement does not grow with them); `stored_trials` reads every
+prefix)s sent as data (the statement does not grow with them); `pop_control_cells` the POPs'
+concurrent controls (sql/queries/evidence_pop_controls.sql); `asked_arms` the arm each round of a
+trial or watch asked for (sql/queries/evidence_asked_arms.sql); `stored_trials` reads every
 trial from `selections` (sql/queries/evidence_trials.sql); `recorded_bucket` the bucket length
 the controller's rounds recorded (round_settings, sql/queries/evidence_round_buckets.sql), which
 the report and the lab's summary judge the trials on.  `Evidence.load` puts them together
@@ -17,14 +19,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controller.evidence.model import (
-    Effect,
-    arm_buckets,
-    none,
-    pooled,
-    trial_effects,
-)
+from controller.evidence.model import CUBIC, Effect, none, pooled
 from controller.evidence.settings import EvidenceSettings
+from controller.evidence.switchback import (
+    CONTROL_SPAN,
+    CONTROL_TRAIL,
+    PRE_BUCKETS,
+    series_of,
+    trial_effect,
+    watch_effect,
+)
 from controller.store.sql import query
 
 if TYPE_CHECKING:
@@ -32,8 +36,8 @@ if TYPE_CHECKING:
 
     from controller.store import Store
 
-CELL_COLUMNS = ["pop", "prefix", "ts", "arm", "samples", "value", "app_limited"]
-GOODPUT_COLUMNS = ["pop", "prefix", "ts", "samples", "value"]
+CELL_COLUMNS = ["pop", "prefix", "ts", "arm", "samples", "value", "app_limited", "mean_log", "var_log"]
+GOODPUT_COLUMNS = ["pop", "prefix", "ts", "samples", "value", "mean_log", "var_log"]
 
 
 def _utc(ts: int) -> dt.datetime:
@@ -55,8 +59,9 @@ def _frame(rows: list[tuple[Any, ...]], columns: list[str]) -> pd.DataFrame:
     for col in ("ts", "samples", "app_limited"):
         if col in df:
             df[col] = df[col].astype("int64")
-    if "value" in df:
-        df["value"] = df["value"].astype("float64")
+    for col in ("value", "mean_log", "var_log"):
+        if col in df:
+            df[col] = df[col].astype("float64")
     return df
 
 
@@ -92,6 +97,80 @@ def goodput_cells(
         return _frame([], GOODPUT_COLUMNS)
     params = {"start": _utc(start), "end": _utc(end), "bucket_seconds": int(bucket_seconds)}
     return _frame(store.query_rows_with(query("evidence_goodput_buckets"), data, params), GOODPUT_COLUMNS)
+
+
+def pop_control_cells(
+    store: Store,
+    pops: Iterable[str],
+    start: int,
+    end: int,
+    bucket_seconds: int,
+    min_bytes: int,
+    min_samples: int,
+    include_app_limited: bool = False,
+) -> dict[str, dict[int, float]]:
+    """pop -> bucket -> the POP's shock for the buckets in [start, end) of `pops`
+    (switchback.pop_controls' definition: CONTROL_TRAIL, CONTROL_SPAN)."""
+    names = sorted(set(pops))
+    if not names or end <= start:
+        return {}
+    bs = max(int(bucket_seconds), 1)
+    span = CONTROL_SPAN * bs
+    params = {
+        "read_start": _utc(start - span),
+        "start": _utc(start),
+        "end": _utc(end),
+        "bucket_seconds": bs,
+        "min_bytes": int(min_bytes),
+        "min_samples": int(min_samples),
+        "include_app_limited": int(include_app_limited),
+        "trail": CONTROL_TRAIL,
+        "span": span,
+    }
+    out: dict[str, dict[int, float]] = {}
+    data = {"pop": ("String", names)}
+    for pop, ts, control, _n in store.query_rows_with(query("evidence_pop_controls"), data, params):
+        out.setdefault(pop.decode() if isinstance(pop, bytes) else str(pop), {})[int(ts)] = float(control)
+    return out
+
+
+def asked_arms(
+    store: Store, starts: Iterable[tuple[str, str, int]], start: int, end: int, bucket_seconds: int
+) -> dict[tuple[str, str, int], dict[int, str]]:
+    """(pop, prefix, trial start) -> bucket -> the arm its rounds asked for (first round of a bucket)."""
+    keys = sorted(set(starts))
+    if not keys or end <= start:
+        return {}
+    data: dict[str, tuple[str, list[Any]]] = {
+        "pop": ("String", [k[0] for k in keys]),
+        "prefix": ("String", [k[1] for k in keys]),
+        "since": ("UInt32", [int(k[2]) for k in keys]),
+    }
+    params = {"start": _utc(start), "end": _utc(end), "bucket_seconds": int(bucket_seconds)}
+    out: dict[tuple[str, str, int], dict[int, str]] = {}
+
+    def text(v: Any) -> str:
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    for pop, prefix, since, ts, arm in store.query_rows_with(query("evidence_asked_arms"), data, params):
+        a = text(arm)
+        out.setdefault((text(pop), text(prefix), int(since)), {})[int(ts)] = CUBIC if a == CUBIC else "bbr"
+    return out
+
+
+@dataclass(frozen=True)
+class Watch:
+    """A prefix on BBR under watch: since its keep (or selection with trials off), its trial's
+    start (the rounds' trial_since: the key of its asked arms) and its pre-BBR history's end."""
+
+    pop: str
+    prefix: str
+    since: int
+    trial_since: int
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.pop, self.prefix)
 
 
 @dataclass(frozen=True)
@@ -145,12 +224,13 @@ def recorded_bucket(store: Store, pop: str, start: dt.datetime, end: dt.datetime
 
 @dataclass
 class Evidence:
-    """Per-prefix and pooled effects of a set of trials, from one read of the store.
+    """Per-prefix and pooled effects of a set of trials (and watches), from one read of the store.
 
     A trial's effect counts the buckets in [its start, its end): for an ended trial the round
     that ended it, for a running one its latest round: exactly the buckets that round judged,
     so the same store gives the same figures to the decision, the summary, the report and
-    `explain`.  `until` only bounds what is read.
+    `explain`.  `until` only bounds what is read.  The cells reach back PRE_BUCKETS before the
+    earliest start (the pre-trial history, controller/evidence/switchback.py).
     """
 
     cfg: EvidenceSettings
@@ -159,8 +239,12 @@ class Evidence:
     cells: pd.DataFrame
     goodput: pd.DataFrame
     until: int
+    controls: dict[str, dict[int, float]] = field(default_factory=dict)
+    asked: dict[tuple[str, str, int], dict[int, str]] = field(default_factory=dict)
+    watches: list[Watch] = field(default_factory=list)
     delivery: dict[tuple[str, str, int], Effect] = field(default_factory=dict)
     goodput_effects: dict[tuple[str, str, int], Effect] = field(default_factory=dict)
+    watch_effects: dict[tuple[str, str], Effect] = field(default_factory=dict)
 
     @classmethod
     def load(
@@ -173,12 +257,22 @@ class Evidence:
         min_bytes: int,
         include_app_limited: bool = False,
         with_goodput: bool = True,
+        watches: Sequence[Watch] = (),
     ) -> Evidence:
-        keys = {t.key for t in trials}
-        start = min((t.since - t.since % max(bucket_seconds, 1) for t in trials), default=until)
+        bs = max(bucket_seconds, 1)
+        keys = {t.key for t in trials} | {w.key for w in watches}
+        first = min([t.since for t in trials] + [w.trial_since or w.since for w in watches], default=until)
+        start = first - first % bs - PRE_BUCKETS * bs
         cells = arm_cells(store, keys, start, until, bucket_seconds, min_bytes, include_app_limited)
         good = goodput_cells(store, keys, start, until, bucket_seconds) if with_goodput else _frame([], GOODPUT_COLUMNS)
-        ev = cls(cfg, bucket_seconds, list(trials), cells, good, until)
+        controls = (
+            pop_control_cells(store, {k[0] for k in keys}, start, until, bucket_seconds, min_bytes,
+                              cfg.min_arm_samples, include_app_limited)
+            if cfg.controls else {}
+        )  # fmt: skip
+        starts = [(t.pop, t.prefix, t.since) for t in trials] + [(w.pop, w.prefix, w.trial_since) for w in watches]
+        asked = asked_arms(store, starts, start, until + bs, bucket_seconds)
+        ev = cls(cfg, bucket_seconds, list(trials), cells, good, until, controls, asked, list(watches))
         ev.compute()
         return ev
 
@@ -190,37 +284,52 @@ class Evidence:
 
     def compute(self) -> None:
         cfg = self.cfg
-        buckets = arm_buckets(self.cells, cfg.purity, cfg.min_arm_samples)
-        self.delivery = self._per_trial(buckets)
-        if len(self.goodput) and len(buckets):
-            arms = buckets[["pop", "prefix", "ts", "arm"]]
-            g = self.goodput.merge(arms, on=["pop", "prefix", "ts"], how="inner")
-            g = g[(g["samples"] >= 1) & (g["value"] > 0)].copy()
-            import numpy as np
+        series = series_of(self.cells, cfg)
+        self.delivery = {}
+        for t in self.trials:
+            _, end = self.window(t)
+            self.delivery[(t.pop, t.prefix, t.since)] = trial_effect(
+                series.get(t.key), t.since, end, self.asked.get((t.pop, t.prefix, t.since), {}),
+                self.controls.get(t.pop), cfg, self.bucket_seconds,
+            )  # fmt: skip
+        self.watch_effects = {
+            w.key: watch_effect(series.get(w.key), w.since, self.until,
+                                self.asked.get((w.pop, w.prefix, w.trial_since), {}),
+                                self.controls.get(w.pop), cfg, self.bucket_seconds, pre_until=w.trial_since)
+            for w in self.watches
+        }  # fmt: skip
+        self.goodput_effects = self._goodput(series)
 
-            g["y"] = np.log(g["value"].to_numpy(float)) if len(g) else np.zeros(0)
-            self.goodput_effects = self._per_trial(g)
-        else:
-            self.goodput_effects = {
-                (t.pop, t.prefix, t.since): none("no access-log requests in the trial's arm buckets", cfg.level)
-                for t in self.trials
-            }
-
-    def _per_trial(self, buckets: pd.DataFrame) -> dict[tuple[str, str, int], Effect]:
+    def _goodput(self, series: dict[tuple[str, str], Any]) -> dict[tuple[str, str, int], Effect]:
+        """Goodput effects: the access-log requests of each bucket with the arm the same prefix's
+        tcpinfo samples ran in it (access logs do not know the congestion control), no controls."""
+        cfg = self.cfg
         out: dict[tuple[str, str, int], Effect] = {}
-        # one prefix may have had several trials: each is judged on its own window, so the trials
-        # go in groups of at most one per prefix (its 1st, 2nd, ... trial)
-        by_round: dict[int, list[Trial]] = {}
-        seen: dict[tuple[str, str], int] = {}
-        for t in sorted(self.trials, key=lambda t: t.since):
-            nth = seen.get(t.key, 0)
-            seen[t.key] = nth + 1
-            by_round.setdefault(nth, []).append(t)
-        for group in by_round.values():
-            windows = {t.key: self.window(t) for t in group}
-            effects = trial_effects(buckets, windows, self.cfg.level, self.cfg.min_arm_buckets, self.bucket_seconds)
-            for t in group:
-                out[(t.pop, t.prefix, t.since)] = effects[t.key]
+        g = self.goodput
+        if len(g):
+            import numpy as np
+            import pandas as pd
+
+            arms = [
+                pd.DataFrame({"pop": k[0], "prefix": k[1], "ts": s.ts, "arm": s.arm})
+                for k, s in series.items() if len(s.ts)
+            ]  # fmt: skip
+            if arms:
+                a = pd.concat(arms, ignore_index=True)
+                g = g.merge(a[a["arm"] != ""], on=["pop", "prefix", "ts"], how="inner")
+                g = g[(g["samples"] >= 1) & (g["value"] > 0) & np.isfinite(g["mean_log"])]
+            else:
+                g = g.iloc[0:0]
+        if not len(g):
+            why = "no access-log requests in the trial's arm buckets"
+            return {(t.pop, t.prefix, t.since): none(why, cfg.level) for t in self.trials}
+        good_series = series_of(g.assign(app_limited=0), cfg.replaced(min_arm_samples=1))
+        for t in self.trials:
+            _, end = self.window(t)
+            out[(t.pop, t.prefix, t.since)] = trial_effect(
+                good_series.get(t.key), t.since, end, self.asked.get((t.pop, t.prefix, t.since), {}), None, cfg,
+                self.bucket_seconds,
+            )  # fmt: skip
         return out
 
     def effect(self, t: Trial, metric: str = "delivery") -> Effect:

@@ -242,7 +242,12 @@ class RolloutEngine:
                 config, diff, toggle = split, diff_entries(stable, split.entries), True
                 fp = fingerprint(config.entries)
         reasons = validate(
-            config, previous=stable, last_version=last, available=available_algorithms(latest), policy=self.policy
+            config,
+            previous=stable,
+            last_version=last,
+            available=available_algorithms(latest),
+            policy=self.policy,
+            toggles=self._toggled(pop, desired, diff),
         )
         if reasons:
             self._reject(config, "candidate", diff, reasons)
@@ -360,6 +365,16 @@ class RolloutEngine:
         for p in validated:
             entries[p] = wanted[p]
         return build_config(pop, version, entries.values(), created_at_ns=now, round_id=desired.round_id)
+
+    def _toggled(self, pop: str, desired: DesiredState, diff: ConfigDiff) -> frozenset[str]:
+        """The prefixes of `diff` that are switchback toggles (a trial's or a watch's): removals of
+        trial prefixes and additions of those on BBR in a POP-wide config since their trial began."""
+        trials = desired.trial_prefixes
+        if not trials:
+            return frozenset()
+        removed = {p for p in diff.removed if p in trials}
+        on = {p for p in (*diff.added, *diff.changed) if p in trials}
+        return frozenset(removed | (self._validated(pop, on, trials) if on else set()))
 
     def _validated(self, pop: str, needed: set[str], trials: Mapping[str, int]) -> set[str]:
         """Those of `needed` that were on BBR in a POP-wide config since their trial began."""

@@ -21,7 +21,8 @@ them):
     change_too_large         more changes than allowed this round (see below)
 
 Change limit: the number of changed prefixes (added + removed + algorithm/lock
-changed, against the last published POP-wide config) must be
+changed, against the last published POP-wide config; a trial's or a watch's switchback toggles
+of prefixes that passed a canary not counted) must be
 <= floor(max_change_fraction * max(previous entry count, change_floor)).
 Defaults 0.5 and 200: from an empty POP at most 100 prefixes go in per round,
 after that at most half of the current set changes per round.  A rejected
@@ -154,6 +155,7 @@ def validate(
     last_version: int,
     available: frozenset[str] | None,
     policy: ValidationPolicy,
+    toggles: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Every reason `config` must not be published; [] when it is valid.
 
@@ -161,6 +163,9 @@ def validate(
     the change limit, e.g. for a rollback to a known-good state).
     last_version: the highest version published for the POP (0 = none).
     available: algorithms every agent of the POP reports (None = no agent reported).
+    toggles: prefixes whose change is a trial's or a watch's switchback toggle of a prefix that
+    already passed a canary (controller/rollout/engine.py): not counted against the change limit,
+    since a switchback changes about half its prefixes every round by design.
     """
     reasons = _Reasons()
     if not POP_NAME.match(config.pop):
@@ -203,10 +208,12 @@ def validate(
     if policy.check_change and previous is not None:
         diff = diff_entries(previous, config.entries)
         limit = policy.change_limit(len({e.prefix for e in previous}))
-        if diff.total > limit:
+        exempt = sum(p in toggles for p in diff.prefixes)
+        if diff.total - exempt > limit:
+            toggled = f", {exempt} switchback toggles not counted" if exempt else ""
             reasons.add(
                 "change_too_large",
-                f"{diff.total} changes ({diff.summary()}) exceed the limit {limit} "
+                f"{diff.total - exempt} changes ({diff.summary()}{toggled}) exceed the limit {limit} "
                 f"({policy.max_change_fraction:g} x max({len(previous)} previous, "
                 f"floor {policy.change_floor}))",
             )

@@ -5,11 +5,15 @@ previous state (controller/scoring/state.py: who is on BBR since when, holdouts,
 cooldowns, baselines), the round time and the configuration.  Output: one row per
 prefix with a decision and its reason:
 
-  select   moves to BBR this round (a candidate, within the caps)
-  keep     stays on BBR (min hold not over, or its effect is not negative)
-  revert   back to CUBIC: after the min hold its low-percentile delivery rate got
-           worse than before BBR and worse than the holdout group's change (then a
-           cooldown blocks it), or it has not been seen for `expire`
+  select   moves to BBR this round (a candidate, within the caps; with trials off)
+  trial    a switchback trial goes on (controller/evidence/trial.py): the arm its
+           realized buckets call for
+  keep     stays on BBR: kept by its trial's rule, or selected with trials off; watched
+           (its holdback buckets run CUBIC, `watch_arm`: the row's algorithm is cubic there)
+  revert   back to CUBIC: its trial's upper bound fell below 0 (cooldown), it ended
+           inconclusive at its limit (`trial_retry` instead of the cooldown), its watch's
+           holdback interval fell below -revert_margin after `min_hold` (cooldown), or it has
+           not been seen for `expire`
   holdout  a candidate kept on CUBIC as the control group (stable hash choice)
   skip     stays on CUBIC: not a candidate, too little data, low RTT, cooldown, capped,
            or denied: config validation would refuse the prefix (`refuse`)
@@ -18,10 +22,11 @@ prefix with a decision and its reason:
 
 Candidate: counted_buckets >= min_buckets, duty_cycle >= min_duty,
 flap_ratio <= max_flap, and not low-RTT (the per-bucket median min_rtt is below
-min_rtt_ms in more than half of the counted buckets, i.e. its median is).  Effect of a prefix:
-low_delivery_rate now / low_delivery_rate when it was selected (its baseline);
-the holdout change is the median of the same ratio over the POP's holdouts that
-have been held at least min_hold.  Times are epoch seconds; 0 means "not set".
+min_rtt_ms in more than half of the counted buckets, i.e. its median is).  The effects a
+decision reads (`trial_effects`, `watch_effects`) come from the one effect model
+(controller/evidence/switchback.py); `effect` and `holdout_effect` (low_delivery_rate now /
+its baseline, and the POP holdouts' median of the same) are recorded for the report's
+population check, never decided on.  Times are epoch seconds; 0 means "not set".
 
 `refuse(prefix)` (optional) says why config validation would refuse a prefix
 (controller/rollout/validate.py `prefix_problem`: deny list, built-in ranges,
@@ -54,8 +59,9 @@ import numpy as np
 
 from controller.evidence.model import BBR, CUBIC, Effect, none
 from controller.evidence.settings import EvidenceSettings
-from controller.evidence.trial import GO_ON, judge, next_arm
+from controller.evidence.trial import GO_ON, INCONCLUSIVE, judge, next_arm, watch_arm, watch_verdict
 from controller.evidence.trial import KEEP as KEEP_VERDICT
+from controller.evidence.trial import REVERT as REVERT_VERDICT
 from controller.scoring.frames import by_pop_prefix, columns_of, frame, pop_bounds, sorting, texts
 from controller.scoring.pins import Pin, pin_reason
 from controller.scoring.query import SCORE_COLUMNS
@@ -148,6 +154,7 @@ def decide(
     evidence: EvidenceSettings | None = None,
     trial_effects: Mapping[tuple[str, str], Effect] | None = None,
     pins: Mapping[tuple[str, str], Pin] | None = None,
+    watch_effects: Mapping[tuple[str, str], Effect] | None = None,
 ) -> pd.DataFrame:
     """Decisions for every scored or stateful prefix; see the module docstring.
 
@@ -156,7 +163,9 @@ def decide(
 
     `evidence`: the trial settings (None or trial_blocks 0: no trials, a selected prefix goes
     straight to BBR); `trial_effects`: (pop, prefix) -> the effect of the prefix's running trial
-    over its buckets so far (controller/evidence: the caller reads the samples).
+    over its buckets so far (controller/evidence: the caller reads the samples);
+    `watch_effects`: (pop, prefix) -> the holdback effect of each watched prefix on BBR
+    (controller/evidence/switchback.py `watch_effect`; evidence.holdback 0: no watch).
 
     `scores`: columns of controller.scoring.query.SCORE_COLUMNS; `previous`:
     STATE_COLUMNS (the previous round's rows), one row per (pop, prefix) each.
@@ -233,6 +242,22 @@ def decide(
     revert_expired = ((was_bbr & ~held) | was_trial) & ~refused & expired
     keep = was_bbr & ~revert_expired & ~revert_denied
 
+    # The watch: a prefix on BBR keeps running CUBIC in its holdback buckets and goes back to CUBIC
+    # (with a cooldown) when they show BBR worse, once its min hold is over.
+    watch_cfg = evidence if evidence is not None and evidence.holdback > 0 else None
+    watching = watch_cfg is not None
+    revert_watch = np.zeros(n, dtype=bool)
+    watch_why = np.full(n, "", dtype=object)
+    if watch_cfg is not None:
+        for j in np.flatnonzero(keep).tolist():
+            key = (str(pops[j]), str(prefixes[j]))
+            eff = (watch_effects or {}).get(key) or none("no holdback samples read", watch_cfg.level)
+            verdict = watch_verdict(eff, cfg.revert_margin)
+            watch_why[j] = verdict.why
+            if verdict.action == REVERT_VERDICT and not held[j]:
+                revert_watch[j] = True
+        keep &= ~revert_watch
+
     # Running trials: the sequential rule on the effect of their blocks so far.
     trial_since = cols["trial_since"].copy()
     t_eff, t_low, t_high = cols["trial_effect"].copy(), cols["trial_low"].copy(), cols["trial_high"].copy()
@@ -241,6 +266,7 @@ def decide(
     trial_keep = np.zeros(n, dtype=bool)
     trial_revert = np.zeros(n, dtype=bool)
     trial_why = np.full(n, "", dtype=object)
+    inconclusive = np.zeros(n, dtype=bool)
     ev = evidence if evidence is not None and evidence.trials else None
     running = was_trial & ~revert_denied & ~revert_expired
     for j in np.flatnonzero(running).tolist():
@@ -261,17 +287,21 @@ def decide(
             trial_keep[j] = True
         else:
             trial_revert[j] = True
+            inconclusive[j] = verdict.why.startswith(INCONCLUSIVE)
     keep |= trial_keep
 
     # The cap holds this round: over it (lowered, or pins added), the weakest evidence leaves first.
     over_cap = np.zeros(n, dtype=bool)
-    evidence_low = t_low.copy()  # the lower bounds the cap ranked by (for the reasons)
+    # a prefix that never had a trial has no interval (the store reads its trial columns as 0)
+    had_trial = trial_since > 0
+    evidence_low = np.where(had_trial, t_low, math.nan)  # the lower bounds the cap ranked by (for the reasons)
+    evidence_eff = np.where(had_trial, t_eff, math.nan)
     on_now = keep | trial_go  # counts against the POP's cap, with the BBR pins
     for a, b in bounds:
         limit = max(0, cfg.max_per_pop - int(pinned_bbr[a:b].sum()))
         idx = a + np.flatnonzero(on_now[a:b])
         if len(idx) > limit:
-            ranked = idx[weakest_first(t_low[idx], t_eff[idx], duty[idx], prefixes[idx])]
+            ranked = idx[weakest_first(evidence_low[idx], evidence_eff[idx], duty[idx], prefixes[idx])]
             over_cap[ranked[: len(idx) - limit]] = True
     keep &= ~over_cap
     trial_keep &= ~over_cap
@@ -302,7 +332,7 @@ def decide(
         t_eff[new_trial] = t_low[new_trial] = t_high[new_trial] = math.nan
     in_trial = trial_go | new_trial
 
-    revert_effect = trial_revert & ~over_cap
+    revert_effect = (trial_revert & ~over_cap) | revert_watch
     reverted = revert_effect | revert_expired | revert_denied | over_cap
     decision = np.full(n, SKIP, dtype=object)
     decision[keep] = KEEP
@@ -322,12 +352,16 @@ def decide(
     selected_since[trial_keep] = now
     baseline_out[select | new_trial] = low[select | new_trial]
     cooldown_until[revert_effect] = now + cfg.cooldown_seconds
+    if ev is not None:  # an inconclusive trial is no verdict against BBR: a shorter wait
+        cooldown_until[revert_effect & inconclusive] = now + ev.trial_retry_seconds
     selected_since[~(keep | select | in_trial)] = 0
     selected_since[in_trial] = trial_since[in_trial]
     clear_baseline = ~(keep | select | holdout | in_trial) | pinned
     baseline_out[clear_baseline] = math.nan
     # the trial's start stays on the rows it decided (kept: while on BBR; reverted: that round)
-    clear_trial = ~(in_trial | is_keep | (is_revert & was_trial)) | pinned
+    if watching:  # a selection with trials off is watched from its start: trial_since marks it
+        trial_since[is_select] = now
+    clear_trial = ~(in_trial | is_keep | (is_revert & (was_trial | revert_watch)) | (is_select & watching)) | pinned
     trial_since[clear_trial] = 0
     t_eff[clear_trial] = t_low[clear_trial] = t_high[clear_trial] = math.nan
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -344,13 +378,28 @@ def decide(
     put(reason, is_select | (is_trial & new_trial), texts.select, rtt, low)
     for j in np.flatnonzero(is_trial & new_trial).tolist():
         reason[j] = f"{reason[j]}; trial starts, first block {arm[j]}"
-    from_trial = (is_trial & ~new_trial) | (is_keep & trial_keep) | (is_revert & revert_effect)
+    from_trial = (is_trial & ~new_trial) | (is_keep & trial_keep) | (is_revert & trial_revert & ~over_cap)
     reason[from_trial] = trial_why[from_trial]
+    reason[is_revert & revert_watch] = watch_why[is_revert & revert_watch]
     kept_before = is_keep & ~trial_keep
-    put(reason, kept_before & (trial_since > 0), texts.kept, t_eff, t_low, t_high)
-    put(reason, kept_before & (trial_since == 0), texts.held, selected_since)
+    by_trial = (trial_since > 0) & np.isfinite(t_eff)
+    put(reason, kept_before & by_trial, texts.kept, t_eff, t_low, t_high)
+    put(reason, kept_before & ~by_trial, texts.held, selected_since)
+    keep_arm = np.full(n, cfg.algorithm, dtype=object)
+    if watch_cfg is not None:
+        bucket = now - now % max(cfg.bucket_seconds, 1)
+        for j in np.flatnonzero(is_keep).tolist():
+            if watch_why[j]:
+                reason[j] = f"{reason[j]}; {watch_why[j]}"
+            if watch_arm(str(pops[j]), str(prefixes[j]), int(selected_since[j]), bucket, cfg.bucket_seconds,
+                         watch_cfg) == CUBIC:  # fmt: skip
+                keep_arm[j] = CUBIC
+                reason[j] = f"{reason[j]}; holdback bucket on CUBIC"
     for j in np.flatnonzero(is_revert & revert_effect).tolist():
-        reason[j] = f"{reason[j]}; cooldown {_fmt_hours(cfg.cooldown_seconds)}"
+        wait = ev.trial_retry_seconds if ev is not None and inconclusive[j] else cfg.cooldown_seconds
+        reason[j] = (
+            f"{reason[j]}; {'may be selected again after' if inconclusive[j] else 'cooldown'} {_fmt_hours(wait)}"
+        )
     has_denial = refused
     put(reason, is_revert & has_denial, texts.denied, denied)
     put(reason, is_revert & ~has_denial & ~revert_effect & ~over_cap, texts.no_traffic, last_seen)
@@ -395,7 +444,7 @@ def decide(
             "algorithm": np.where(
                 pinned,
                 pin_algo,
-                np.where(is_select | is_keep | (is_trial & (arm == BBR)), cfg.algorithm, CUBIC),
+                np.where(is_keep, keep_arm, np.where(is_select | (is_trial & (arm == BBR)), cfg.algorithm, CUBIC)),
             ).astype(object),
             "reason": reason,
             "holdout": holdout.astype("uint8"),

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from controller.evidence.load import Evidence, Trial
+from controller.evidence.load import Evidence, Trial, Watch
 from controller.evidence.model import BBR, CUBIC, Effect
 from controller.evidence.settings import EvidenceSettings
 from controller.scoring.decide import (
@@ -93,7 +93,8 @@ def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -
     rows = np.arange(len(pops)) if order is None else order
     pops = pops[rows]
     algo = texts(decisions["algorithm"])[rows]
-    chosen = (dec[rows] == SELECT) | (dec[rows] == KEEP) | ((dec[rows] == TRIAL) & (algo == BBR))
+    # a kept prefix in a holdback bucket of its watch asks CUBIC: not in the config that round
+    chosen = (dec[rows] == SELECT) | ((dec[rows] == KEEP) & (algo != CUBIC)) | ((dec[rows] == TRIAL) & (algo == BBR))
     chosen |= (dec[rows] == PIN) & (algo != CUBIC)  # a BBR pin is in the config, a cubic pin is not
     new = decisions["new"].to_numpy(dtype=bool)[rows] if "new" in decisions else np.zeros(len(rows), dtype=bool)
     since = decisions["trial_since"].to_numpy(dtype="int64")[rows] if "trial_since" in decisions else None
@@ -131,23 +132,32 @@ def desired_states(decisions: pd.DataFrame, round_id: str, round_time_ns: int) -
     return states
 
 
-def running_trial_effects(
+def round_effects(
     store: Store, cfg: ScoringSettings, evidence: EvidenceSettings | None, previous: pd.DataFrame, until: int
-) -> dict[tuple[str, str], Effect]:
-    """(pop, prefix) -> the effect of each running trial in `previous` over [its start, until)."""
-    if evidence is None or not evidence.trials or previous.empty:
-        return {}
-    running = previous[texts(previous["decision"]) == TRIAL]
-    if running.empty:
-        return {}
-    trials = [
-        Trial(str(p), str(x), int(s), until, TRIAL, "", 0)
-        for p, x, s in zip(texts(running["pop"]), texts(running["prefix"]), running["trial_since"], strict=True)
+) -> tuple[dict[tuple[str, str], Effect], dict[tuple[str, str], Effect]]:
+    """The effects a round judges, from one read of the store over [their start, until): each
+    running trial's in `previous` and each watched prefix's (on BBR, kept or selected with trials
+    off: its holdback buckets since `selected_since`)."""
+    if evidence is None or previous.empty:
+        return {}, {}
+    dec = texts(previous["decision"])
+    since = previous["trial_since"].to_numpy(dtype="int64")
+    running = np.flatnonzero((dec == TRIAL) & (since > 0)) if evidence.trials else np.zeros(0, dtype=np.int64)
+    watched = np.flatnonzero(((dec == KEEP) | (dec == SELECT)) & (since > 0)) if evidence.holdback else running[:0]
+    if not len(running) and not len(watched):
+        return {}, {}
+    pops, prefixes = texts(previous["pop"]), texts(previous["prefix"])
+    selected = previous["selected_since"].to_numpy(dtype="int64")
+    trials = [Trial(str(pops[j]), str(prefixes[j]), int(since[j]), until, TRIAL, "", 0) for j in running.tolist()]
+    watches = [
+        Watch(str(pops[j]), str(prefixes[j]), int(selected[j]) or int(since[j]), int(since[j]))
+        for j in watched.tolist()
     ]
     ev = Evidence.load(
-        store, evidence, trials, cfg.bucket_seconds, until, cfg.min_bytes, cfg.include_app_limited, with_goodput=False
-    )
-    return {t.key: ev.effect(t) for t in trials}
+        store, evidence, trials, cfg.bucket_seconds, until, cfg.min_bytes, cfg.include_app_limited,
+        with_goodput=False, watches=watches,
+    )  # fmt: skip
+    return {t.key: ev.effect(t) for t in trials}, dict(ev.watch_effects)
 
 
 def log_deny_changes(store: Store, pop: str, now: dt.datetime, deny: Sequence[str]) -> None:
@@ -216,7 +226,7 @@ def run_round(
     previous = load_previous(store, pop, now, include_recorded=not publishing, memo=None if dry_run else memo)
     timings["previous"] = time.perf_counter() - t
     t = time.perf_counter()
-    effects = running_trial_effects(store, cfg, evidence, previous, epoch_seconds(window.end))
+    effects, watch = round_effects(store, cfg, evidence, previous, epoch_seconds(window.end))
     timings["evidence"] = time.perf_counter() - t
     pins = load_pins(store, pop)
     t = time.perf_counter()
@@ -230,6 +240,7 @@ def run_round(
         evidence=evidence,
         trial_effects=effects,
         pins=pins,
+        watch_effects=watch,
     )
     timings["decide"] = time.perf_counter() - t
     states = desired_states(decisions, round_id, round_time_ns)

@@ -75,14 +75,18 @@ class ScoringSettings(Settings):
         0.10, FLOAT, "fraction of candidates kept as control group", section=DECISIONS, flag="--holdout"
     )
     min_hold_seconds: int = setting(
-        "24h", DURATION, "minimum time on BBR before a revert", section=DECISIONS, flag="--min-hold",
+        "1h", DURATION, "minimum time on BBR (since its trial kept it, or its selection with trials off) before "
+        "the watch or a quiet spell may revert it", section=DECISIONS, flag="--min-hold",
         convert=_seconds,
     )  # fmt: skip
     cooldown_seconds: int = setting(
         "24h", DURATION, "block re-selection this long after a revert", section=DECISIONS, flag="--cooldown",
         convert=_seconds,
     )  # fmt: skip
-    revert_margin: float = setting(0.05, FLOAT, "effect must be worse by more than this", section=DECISIONS)
+    revert_margin: float = setting(
+        0.05, FLOAT, "the watch reverts a prefix on BBR when its holdback interval lies below -this (BBR worse by "
+        "more than this share)", section=DECISIONS,
+    )  # fmt: skip
     max_per_pop: int = setting(1000, INT, "cap of prefixes on BBR per POP", section=DECISIONS, flag="--max-bbr-per-pop")
     max_new_per_round: int = setting(
         100, INT, "max new selections per POP and round", section=DECISIONS, flag="--max-new"

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from controller.evidence.settings import EvidenceSettings
 from dyncc.lab.settings import DemoSettings
 from dyncc_common.errors import ConfigError
 from dyncc_common.runtime import StopFlag, setup_logging
@@ -140,7 +141,7 @@ def _replay_into(recording: Path, workdir: Path, database: str) -> Replayed:
         raise ConfigError(f"recording {recording} holds no telemetry")
     try:
         s = dict(meta["scoring"])
-        scoring = LabScoring(
+        lab_scoring = LabScoring(
             lookback_buckets=int(s["lookback_buckets"]),
             min_buckets=int(s["min_buckets"]),
             threshold_quantile=float(s["threshold_quantile"]),
@@ -148,14 +149,18 @@ def _replay_into(recording: Path, workdir: Path, database: str) -> Replayed:
             min_hold_buckets=int(s["min_hold_buckets"]),
             max_new=int(s["max_new"]),
             min_samples=int(s["min_samples"]),
-        ).scoring_settings(REAL_BUCKET)
+        )
+        scoring = lab_scoring.scoring_settings(REAL_BUCKET)
         hosts = {str(pop): [str(h) for h in hs] for pop, hs in dict(meta["pops"]).items()}
         prefixes = {str(p): (str(v[0]), str(v[1])) for p, v in dict(meta["prefixes"]).items()}
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         why = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ConfigError(f"recording {recording}: bad metadata ({why}); a fleet-lab recording is needed") from exc
     store = open_lab_store(_chdb_url(workdir, database))
-    control = LabControl(store, scoring=scoring, workdir=workdir / database, hosts=hosts, staged=False)
+    control = LabControl(
+        store, scoring=scoring, workdir=workdir / database, hosts=hosts, staged=False,
+        evidence=lab_scoring.evidence_settings(open_loop=True),
+    )  # fmt: skip
     result = replay(store, records, meta, control, access_logs=logs, workdir=workdir / database)
     ends = result.dilation.boundaries()
     record = RunRecord(
@@ -177,14 +182,22 @@ def _asn_file(workdir: Path, meta: dict[str, Any]) -> Path:
     return path
 
 
-def finish(summary: LabSummary, store: Store, url: str, report_path: Path, asn_file: Path, note: str = "") -> int:
+def finish(
+    summary: LabSummary,
+    store: Store,
+    url: str,
+    report_path: Path,
+    asn_file: Path,
+    note: str = "",
+    evidence: EvidenceSettings | None = None,
+) -> int:
     """The demo's end, live or replayed: write the report from `store` (the run's own), close it,
     then print the closing lines (dyncc/lab/closing.py: the summary, the report, the store URL and
     the commands that open it) after flushing the log, so they are the last lines."""
     from controller.report import write_report
     from dyncc.lab.closing import closing_lines, print_closing
 
-    written = write_report(store, report_path, title="dyncc demo", asn_file=asn_file)
+    written = write_report(store, report_path, title="dyncc demo", asn_file=asn_file, evidence=evidence)
     store.close()
     print_closing(closing_lines(summary, written.line(), report_path, url, note))
     return 0
@@ -200,9 +213,11 @@ def _replay_demo(recording: Path, workdir: Path, report_path: Path) -> int:
         f"of {len(replayed.record.hosts)} POPs as {r.dilation.buckets} five-minute rounds "
         "(replay: no edge routes are touched; staged rollout needs live agents, so configs go POP-wide)"
     )
-    summary = summarize_run(replayed.record, headline, replayed.store)
+    # the replay's rounds cannot make the recorded edges run what they ask: open-loop evidence
+    evidence = EvidenceSettings().for_replay()
+    summary = summarize_run(replayed.record, headline, replayed.store, evidence)
     asn = _asn_file(workdir, replayed.meta)
-    return finish(summary, replayed.store, _chdb_url(workdir, "dyncc_demo"), report_path, asn)
+    return finish(summary, replayed.store, _chdb_url(workdir, "dyncc_demo"), report_path, asn, evidence=evidence)
 
 
 def _live_demo(settings: DemoSettings, duration: float, workdir: Path, report_path: Path) -> int:

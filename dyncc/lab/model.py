@@ -48,10 +48,12 @@ class LabScoring:
     min_samples: int = 2
     trial_blocks: int = LabSettings.trial_blocks  # a trial's blocks at most
 
-    def evidence_settings(self) -> EvidenceSettings:
-        """The lab's trial settings: the controller's, with `trial_blocks` blocks."""
+    def evidence_settings(self, open_loop: bool = False) -> EvidenceSettings:
+        """The lab's trial settings: the controller's, with `trial_blocks` blocks (`open_loop`: a
+        replay, whose recorded arms need not be the ones its rounds ask)."""
         min_blocks = min(EvidenceSettings.trial_min_blocks, self.trial_blocks)
-        return EvidenceSettings(trial_blocks=self.trial_blocks, trial_min_blocks=min_blocks)
+        cfg = EvidenceSettings(trial_blocks=self.trial_blocks, trial_min_blocks=min_blocks)
+        return cfg.for_replay() if open_loop else cfg
 
     def scoring_settings(self, bucket_seconds: int) -> ScoringSettings:
         """The controller's scoring settings with these knobs, a bucket lasting `bucket_seconds`."""

@@ -4,6 +4,8 @@
 -- its trial is in force while that is still 'keep' (a later revert for no traffic or a denial
 -- ends it without ending the trial's record).  Only rounds whose decisions count (their latest
 -- round_outcomes row is published, unchanged, legacy or recorded), as for the controller's state.
+-- A prefix selected with trials off is watched under its selection's start (trial_since, the key
+-- of its holdback's asked arms) but had no trial: a start without a 'trial' round is none.
 --   since_ts    trial start (Unix s): the round that selected the prefix
 --   end_ts      the round that ended it (keep or revert), or the last trial round when it goes on
 --   outcome     'keep', 'revert' or 'trial' (still running at %(end)s)
@@ -47,6 +49,7 @@ FROM
           HAVING argMax(status, recorded_ns) IN ('published', 'unchanged', 'legacy', 'recorded')
       )
     GROUP BY pop, prefix, trial_since
+    HAVING countIf(decision = 'trial') > 0
 ) AS t
 ANY LEFT JOIN
 (

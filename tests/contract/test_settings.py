@@ -301,6 +301,23 @@ ADDED_SINCE = (
         "agent --max-config-age: a new option",
         "control --republish-after: a new option",
     }
+    | {
+        # trials with power (issue 34, docs/report.md "The trial estimator"): the estimator's
+        # switches, the anytime-valid interval's scale, the retry after an inconclusive end, the
+        # watch of prefixes on BBR; --min-hold now gates the watch's revert (1 h, not 24 h)
+        f"{command} --{flag}: a new option"
+        for command in ("control", "control explain")
+        for flag in (
+            "effect-statistic",
+            "effect-controls",
+            "effect-cuped",
+            "effect-scale",
+            "trial-retry",
+            "holdback",
+            "watch-blocks",
+        )
+    }
+    | {"control --min-hold: default '24h' -> 3600"}
 )
 
 

@@ -42,7 +42,20 @@ BUCKETS_AFTER = 36
 HOLDOUT = 0.3
 #: the decision options of every round (the published defaults but for the times and caps; trials
 #: off: the scenario compares the round's bookkeeping, tests/controller/evidence has trials)
-OPTIONS = ("--holdout", str(HOLDOUT), "--min-hold", "1h", "--cooldown", "1h", "--max-new", "4", "--trial-blocks", "0")
+OPTIONS = (
+    "--holdout",
+    str(HOLDOUT),
+    "--min-hold",
+    "1h",
+    "--cooldown",
+    "1h",
+    "--max-new",
+    "4",
+    "--trial-blocks",
+    "0",
+    "--holdback",
+    "0",
+)
 #: the rounds: three capped selections, the effect after the min hold (keep / revert), the
 #: cooldown, and the reverted prefixes selected again after it
 ROUNDS = (

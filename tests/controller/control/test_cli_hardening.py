@@ -67,8 +67,9 @@ def insert(store: Store, bad: list[str], normal: int) -> None:
 
 
 # The round's bookkeeping (outcomes, state, kill switch, holds) is what these tests check, with
-# selected prefixes going straight to BBR: trials off (tests/controller/evidence has trials).
-NO_TRIALS = ("--trial-blocks", "0")
+# selected prefixes going straight to BBR and staying there: trials and the watch's holdback off
+# (tests/controller/evidence and tests/controller/scoring/test_decide_trials.py have them).
+NO_TRIALS = ("--trial-blocks", "0", "--holdback", "0")
 
 
 def control(url: str, when: dt.datetime, *options: str) -> int:

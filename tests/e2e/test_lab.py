@@ -122,7 +122,10 @@ def test_fleet_lab_selects_by_class_and_rolls_out_in_stages(chdb_url: str, tmp_p
     assert any("holdout" in ever.get(p.prefix, set()) for p in topo.by_class("lossy")), text
     # deep buffer: trialled; every revert in the run is a trial's decision, with its effect
     assert any(classes[p] == "deep" for p in on_bbr), text
-    assert all(why.startswith("trial ") for _p, (_r, why) in result.reverted.items()), text
+    # (a trial's rule, its limit: "inconclusive: ...", or a kept prefix's watch: "watch: ...")
+    assert all(why.startswith(("trial ", "inconclusive: ", "watch: ")) for _p, (_r, why) in result.reverted.items()), (
+        text
+    )
     # the summary's effect lines (the effect model's headline) are the report's, figure for figure
     assert any(line.startswith("BBR effect on p10 delivery rate, all trials") for line in summary.evidence), text
 

@@ -83,7 +83,8 @@ def test_once_dry_run_and_explain(chdb_url: str, capsys: pytest.CaptureFixture[s
     text = capsys.readouterr().out
     assert text.count(" BAD") == 35  # 35 buckets with data in the shifted window, all bad
     assert "duty cycle 1.00" in text
-    assert "decision now (dry run): trial -> " in text and ": trial: 0 of at most 96 blocks realized in pairs: effect n/a" in text
+    assert "decision now (dry run): trial -> " in text
+    assert ": trial: 0 of at most 96 blocks realized in pairs: effect n/a" in text
     assert "last recorded decision: trial" in text
     assert "trials (90% intervals" in text and ", running: p10 delivery rate n/a" in text
 

@@ -268,7 +268,7 @@ def test_earlier_insert_fails_while_a_later_one_lands_retried_in_order_once(
     )
     loader = KafkaLoader(writer, cfg, StopFlag())
     commits = _CommitLog(loader.consumer, clickhouse_db_url)
-    loader.consumer = commits  # type: ignore[assignment]
+    loader.consumer = commits
     try:
         assert loader.run() == 0
     finally:

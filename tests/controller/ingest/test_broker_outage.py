@@ -38,7 +38,7 @@ from controller.store import open_store
 from controller.store.migrate import apply_migrations
 from dyncc_common.runtime import StopFlag
 from tests.conftest import unique_name
-from tests.controller.ingest.test_kafka_outages import Loader, _loaded, _produce_to, _wait
+from tests.controller.ingest.test_kafka_outages import Loader, loaded_rows, produce_to, wait_until
 from tests.support.ingest_kafka import count_rows, create_topic, dup_count, make_msgs, produce, total_rows
 from tests.support.private_server import PrivateServer
 
@@ -118,7 +118,7 @@ def _kill(server: PrivateServer) -> None:
 def _produce_spread(brokers: str, topic: str, msgs: list[tuple[str, bytes]]) -> None:
     """Round robin over the partitions: every partition has work in every phase."""
     for p in range(PARTITIONS):
-        _produce_to(brokers, topic, msgs[p::PARTITIONS], partition=p)
+        produce_to(brokers, topic, msgs[p::PARTITIONS], partition=p)
 
 
 @pytest.mark.kafka
@@ -148,14 +148,14 @@ def test_loader_resumes_after_graceful_and_killed_broker_outages_mid_commit_ever
         for i, (how, down) in enumerate(OUTAGES):
             chunk = chunks[i]
             # mid-load, right after a flush line: the next groups are in flight, their commits fail
-            _wait(
-                lambda: _loaded(url) >= want - 3 * total_rows(chunk) // 4,
+            wait_until(
+                lambda: loaded_rows(url) >= want - 3 * total_rows(chunk) // 4,
                 90,
                 f"outage {i}: a quarter loaded",
                 loader,
             )
             n = len(loader.lines)
-            _wait(lambda: any("flush" in line for _, line in loader.lines[n:]), 30, "a flush", loader)
+            wait_until(lambda: any("flush" in line for _, line in loader.lines[n:]), 30, "a flush", loader)
             before = loader.metrics().get(COMMIT_ERRORS, 0.0)
             t_stop = time.monotonic()
             if how == "term":
@@ -164,7 +164,7 @@ def test_loader_resumes_after_graceful_and_killed_broker_outages_mid_commit_ever
                 _kill(private_kafka)
             t_gone = time.monotonic()
             if down > 10:  # away until the session is lost (10-25 s: a commit in flight delays it)
-                _wait(
+                wait_until(
                     lambda: "WARNING dyncc.ingest: lost " in "".join(loader.lines_between(t_stop, time.monotonic())),
                     60,
                     f"outage {i}: the partitions lost",
@@ -188,7 +188,7 @@ def test_loader_resumes_after_graceful_and_killed_broker_outages_mid_commit_ever
                 assert away["dyncc_ingest_assigned_partitions"] == 0, during[-4000:]
                 assert away["dyncc_ingest_unassigned_seconds"] > 0, during[-4000:]
             # resumed: a flush committed after the broker's return
-            _wait(
+            wait_until(
                 lambda: any("committed" in line for line in loader.lines_between(t_back, time.monotonic())),
                 90,
                 f"outage {i} ({how} {down:g}s): a commit after the broker came back",
@@ -196,7 +196,7 @@ def test_loader_resumes_after_graceful_and_killed_broker_outages_mid_commit_ever
             )
             first = next(t for t, line in loader.lines if t >= t_back and "committed" in line)
             resumed.append(first - t_back)
-            _wait(
+            wait_until(
                 lambda: (
                     (m := loader.metrics())["dyncc_ingest_assigned_partitions"] == PARTITIONS
                     and m["dyncc_ingest_unassigned_seconds"] == 0
@@ -209,8 +209,8 @@ def test_loader_resumes_after_graceful_and_killed_broker_outages_mid_commit_ever
             if lost:
                 assert " assigned " in after, after[-4000:]
             notes.append(f"{how} {down:g}s: lost={lost} pending={failed} resumed {resumed[-1]:.1f}s")
-        _wait(lambda: _loaded(url) >= want, 120, "every row loaded", loader)
-        _wait(lambda: loader.lag() == (PARTITIONS, 0.0), 60, "lag 0 on every partition", loader)
+        wait_until(lambda: loaded_rows(url) >= want, 120, "every row loaded", loader)
+        wait_until(lambda: loader.lag() == (PARTITIONS, 0.0), 60, "lag 0 on every partition", loader)
     except AssertionError as exc:
         if watchdog.fired:
             raise AssertionError(watchdog.verdict()) from exc
@@ -255,7 +255,7 @@ def test_a_loader_without_partition_rejoins_with_a_new_consumer_doubling_its_wai
             threads.append(threading.Thread(target=loaders[-1].run, daemon=True))
             threads[-1].start()
             if len(loaders) == 1:
-                _wait(lambda: bool(loaders[0].assignment), 40, "the first loader assigned")
+                wait_until(lambda: bool(loaders[0].assignment), 40, "the first loader assigned")
         first, second = loaders
         msgs = make_msgs(4000, seed=77)
         produce(kafka_brokers, kafka_topic, msgs)
@@ -264,13 +264,13 @@ def test_a_loader_without_partition_rejoins_with_a_new_consumer_doubling_its_wai
             return lo.metrics.registry.get_sample_value(name) or 0.0
 
         # 4 s without a partition: a new consumer; the next after 8 s more
-        _wait(lambda: reg(second, "dyncc_ingest_consumer_rejoins_total") >= 1, 30, "the idle loader rejoins")
+        wait_until(lambda: reg(second, "dyncc_ingest_consumer_rejoins_total") >= 1, 30, "the idle loader rejoins")
         holder = first if first.assignment else second
         assert reg(holder, "dyncc_ingest_assigned_partitions") == 1
         idle = second if holder is first else first
         assert reg(idle, "dyncc_ingest_assigned_partitions") == 0
-        _wait(lambda: reg(idle, "dyncc_ingest_unassigned_seconds") >= 2, 20, "the idle loader's seconds grow")
-        _wait(lambda: count_rows(clickhouse_db_url) >= total_rows(msgs), 60, "every row loaded meanwhile")
+        wait_until(lambda: reg(idle, "dyncc_ingest_unassigned_seconds") >= 2, 20, "the idle loader's seconds grow")
+        wait_until(lambda: count_rows(clickhouse_db_url) >= total_rows(msgs), 60, "every row loaded meanwhile")
     finally:
         stop.set("test")
         for t in threads:

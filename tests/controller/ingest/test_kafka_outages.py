@@ -44,7 +44,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(cond: Callable[[], bool], timeout: float, what: str, alive: Loader | None = None) -> None:
+def wait_until(cond: Callable[[], bool], timeout: float, what: str, alive: Loader | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if alive is not None and alive.proc.poll() is not None:
@@ -55,7 +55,7 @@ def _wait(cond: Callable[[], bool], timeout: float, what: str, alive: Loader | N
     raise AssertionError(f"timed out waiting for {what}" + (f":\n{alive.log[-4000:]}" if alive else ""))
 
 
-def _loaded(url: str) -> int:
+def loaded_rows(url: str) -> int:
     """Rows in tcpinfo; -1 while the loader has not created the table yet."""
     try:
         return count_rows(url)
@@ -63,7 +63,7 @@ def _loaded(url: str) -> int:
         return -1
 
 
-def _produce_to(brokers: str, topic: str, messages: list[tuple[str, bytes]], partition: int) -> None:
+def produce_to(brokers: str, topic: str, messages: list[tuple[str, bytes]], partition: int) -> None:
     producer = Producer({"bootstrap.servers": brokers, "enable.idempotence": True, "linger.ms": 5})
     for key, value in messages:
         producer.produce(topic, key=key.encode(), value=value, partition=partition)
@@ -176,15 +176,15 @@ def test_broker_sigkilled_for_30s_loader_stays_up_resumes_every_row_once_bounded
     create_topic(brokers, topic, partitions=4)
     first, second = make_msgs(2000, seed=21), make_msgs(2000, seed=22, run_id=2)
     want = total_rows(first) + total_rows(second)
-    _produce_to(brokers, topic, first, partition=0)
+    produce_to(brokers, topic, first, partition=0)
     loader = Loader(
         "--kafka", brokers, "--topic", topic, "--group", f"g-{topic}", "--clickhouse", url,
         "--max-wait", "300ms", "--backoff-max", "2s",
     )  # fmt: skip
     try:
-        _wait(lambda: _loaded(url) == total_rows(first), 60, "first half loaded", loader)
+        wait_until(lambda: loaded_rows(url) == total_rows(first), 60, "first half loaded", loader)
         # the lag gauge covers all 4 partitions and is 0: offsets committed, the housekeeping ran
-        _wait(lambda: loader.lag() == (4, 0.0), 30, "lag 0 on 4 partitions", loader)
+        wait_until(lambda: loader.lag() == (4, 0.0), 30, "lag 0 on 4 partitions", loader)
         t_kill = time.monotonic()
         _sigkill_broker(private_kafka)
         while time.monotonic() - t_kill < 30:
@@ -194,10 +194,10 @@ def test_broker_sigkilled_for_30s_loader_stays_up_resumes_every_row_once_bounded
         during = loader.lines_between(t_kill, t_restart)
         private_kafka.start()  # same data dir
         t_back = time.monotonic()
-        _produce_to(brokers, topic, second, partition=0)
-        _wait(lambda: _loaded(url) >= want, 120, "second half loaded after the broker came back", loader)
+        produce_to(brokers, topic, second, partition=0)
+        wait_until(lambda: loaded_rows(url) >= want, 120, "second half loaded after the broker came back", loader)
         t_loaded = time.monotonic()
-        _wait(lambda: loader.lag() == (4, 0.0), 60, "lag 0 again", loader)
+        wait_until(lambda: loader.lag() == (4, 0.0), 60, "lag 0 again", loader)
         errors = {k: v for k, v in loader.metrics().items() if k.startswith("dyncc_ingest_kafka_errors_total{")}
     finally:
         rc = loader.stop()
@@ -257,23 +257,23 @@ def test_lag_gauge_shows_the_backlog_while_clickhouse_hangs_and_while_it_is_down
     lags: dict[str, list[float]] = {"frozen": [], "down": []}
     try:
         produce(kafka_brokers, kafka_topic, first)
-        _wait(lambda: _loaded(url) == total_rows(first), 60, "first part loaded", loader)
-        _wait(lambda: loader.lag() == (3, 0.0), 30, "lag 0 on 3 partitions", loader)
+        wait_until(lambda: loaded_rows(url) == total_rows(first), 60, "first part loaded", loader)
+        wait_until(lambda: loader.lag() == (3, 0.0), 30, "lag 0 on 3 partitions", loader)
 
         os.kill(ch_pid, signal.SIGSTOP)
         try:
             produce(kafka_brokers, kafka_topic, frozen)
-            _wait(lambda: loader.lag()[1] >= len(frozen), 20, f"lag >= {len(frozen)} while frozen", loader)
+            wait_until(lambda: loader.lag()[1] >= len(frozen), 20, f"lag >= {len(frozen)} while frozen", loader)
             lags["frozen"].append(loader.lag()[1])
             assert loader.metrics().get("dyncc_ingest_paused") == 0  # blocked in a call, not paused
         finally:
             os.kill(ch_pid, signal.SIGCONT)
-        _wait(lambda: _loaded(url) == total_rows(first) + total_rows(frozen), 60, "frozen part loaded", loader)
-        _wait(lambda: loader.lag() == (3, 0.0), 30, "lag back to 0 after the freeze", loader)
+        wait_until(lambda: loaded_rows(url) == total_rows(first) + total_rows(frozen), 60, "frozen part loaded", loader)
+        wait_until(lambda: loader.lag() == (3, 0.0), 30, "lag back to 0 after the freeze", loader)
 
         private_clickhouse.stop()
         produce(kafka_brokers, kafka_topic, down)
-        _wait(
+        wait_until(
             lambda: loader.metrics().get("dyncc_ingest_paused") == 1 and loader.lag()[1] >= len(down),
             30,
             f"paused with lag >= {len(down)}",
@@ -284,8 +284,8 @@ def test_lag_gauge_shows_the_backlog_while_clickhouse_hangs_and_while_it_is_down
         lags["down"].append(loader.lag()[1])
         assert loader.metrics().get("dyncc_ingest_paused") == 1
         private_clickhouse.start()
-        _wait(lambda: _loaded(url) >= want, 60, "last part loaded", loader)
-        _wait(lambda: loader.lag() == (3, 0.0), 30, "lag back to 0", loader)
+        wait_until(lambda: loaded_rows(url) >= want, 60, "last part loaded", loader)
+        wait_until(lambda: loader.lag() == (3, 0.0), 30, "lag back to 0", loader)
     finally:
         rc = loader.stop()
     print(f"\nlag while ClickHouse was frozen / down: {lags} ({len(frozen)} / {len(down)} messages produced meanwhile)")

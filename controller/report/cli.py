@@ -1,10 +1,12 @@
 """`dyncc report`: write the self-contained HTML report for a store (see controller/report/).
 
-Every option is checked before the store is opened (a bad time, bucket, POP name, an
-unreadable --asn-file or an unwritable --output is one line, exit 2); a --pop the store does
+Every option is checked before the store is opened (a bad time, a --since in the future or
+not before --until, bucket, POP name, an unreadable --asn-file or an unwritable --output is
+one line, exit 2); a --pop the store does
 not know (no telemetry, no published config) is exit 2 naming the known POPs.  The report only
-reads the store: a chdb:// directory that does not exist, or a store without the tables it
-reads (REPORT_TABLES), is one line and exit 2 (never a new empty store).  The flags come
+reads the store: a chdb:// directory or a database (the URL's path, chDB's ?database=) that
+does not exist, or a store without the tables it reads (REPORT_TABLES), is one line and exit
+2 (never a new empty store or database).  The flags come
 from ReportSettings (controller/report/settings.py); dyncc/cli.py calls run(settings).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import tempfile
 from pathlib import Path
 
 from controller.report.settings import ReportSettings
@@ -38,8 +41,13 @@ def parse_time(text: str, what: str) -> dt.datetime:
     return value
 
 
-def resolve_window(since: str | None, until: str | None) -> tuple[dt.datetime | None, dt.datetime | None, float | None]:
-    """(since, until, span seconds) from the flags; a duration --since is relative to --until."""
+def resolve_window(
+    since: str | None, until: str | None, now: dt.datetime | None = None
+) -> tuple[dt.datetime | None, dt.datetime | None, float | None]:
+    """(since, until, span seconds) from the flags; a duration --since is relative to --until.
+
+    A window that would run backwards is a ConfigError: --since after `now` (naive UTC; the
+    clock when not given) or not before --until."""
     end = parse_time(until, "--until") if until else None
     if since is None:
         return None, end, None
@@ -48,11 +56,19 @@ def resolve_window(since: str | None, until: str | None) -> tuple[dt.datetime | 
     start = parse_time(since, "--since")
     if end is not None and start >= end:
         raise ConfigError(f"--since {since} is not before --until {until}")
+    now = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    if start > now:
+        raise ConfigError(f"--since {since} is in the future (now {now:%Y-%m-%dT%H:%M:%S} UTC)")
     return start, end, None
 
 
 def check_output(path: str) -> None:
-    """ConfigError unless the report can be written at `path` (its directory is created)."""
+    """ConfigError unless the report can be written at `path` (its directory is created).
+
+    Checked before any work: the directory takes a new file (one is made and removed: a
+    read-only file system or an immutable directory too), and an existing file there is one
+    this user may write (a read-only report, or another user's in a sticky directory like
+    /tmp, which the final rename could not replace)."""
     out = Path(path)
     try:  # is_dir() raises, not False, where a directory on the way may not be searched (EACCES)
         if not path or out.is_dir():
@@ -62,6 +78,14 @@ def check_output(path: str) -> None:
         raise ConfigError(f"cannot write --output {path}: {exc.strerror or exc}") from exc
     if not os.access(out.parent, os.W_OK | os.X_OK):
         raise ConfigError(f"cannot write --output {path}: directory not writable")
+    if out.exists() and not os.access(out, os.W_OK):
+        raise ConfigError(f"cannot write --output {path}: the file exists and is not writable")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".probe", dir=out.parent)
+    except OSError as exc:
+        raise ConfigError(f"cannot write --output {path}: {exc.strerror or exc}") from exc
+    os.close(fd)
+    os.unlink(probe)
 
 
 def run(settings: ReportSettings) -> int:

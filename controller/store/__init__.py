@@ -38,16 +38,30 @@ __all__ = [
 def open_store(url: str, *, existing: bool = False) -> Store:
     """Open the store named by `url` (see the module docstring).
 
-    chDB creates a directory that does not exist (what `dyncc schema apply` wants); a command
-    that only reads a store passes `existing=True`, and such a directory is a StoreError
-    naming it instead of a new, empty store.
+    chDB creates a directory and a database that do not exist (what `dyncc schema apply`
+    wants); a command that only reads a store passes `existing=True`: nothing is created, and
+    a missing directory or database (on a server too) is a StoreError naming it.
     """
     parsed = parse_store_url(url)
+    store: Store
     if parsed.scheme == "clickhouse":
-        return ClusterStore(parsed) if parsed.cluster else ClickHouseStore(parsed)
-    if existing and not os.path.isdir(parsed.path):
-        raise StoreError(
-            f"no chDB store at {parsed.path}: the directory does not exist (a new store is made by "
-            f"'dyncc schema apply --clickhouse chdb://{parsed.path}')"
-        )
-    return ChdbStore(parsed)
+        store = ClusterStore(parsed) if parsed.cluster else ClickHouseStore(parsed)
+    else:
+        if existing and not os.path.isdir(parsed.path):
+            raise StoreError(
+                f"no chDB store at {parsed.path}: the directory does not exist (a new store is made by "
+                f"'dyncc schema apply --clickhouse chdb://{parsed.path}')"
+            )
+        store = ChdbStore(parsed, create=not existing)
+    if existing:
+        try:
+            found = store.database_exists()
+        except BaseException:
+            store.close()
+            raise
+        if not found:
+            store.close()
+            where = f"in the chDB store at {parsed.path}" if parsed.scheme == "chdb" else "on the server"
+            apply = f"dyncc schema apply --clickhouse {parsed.redacted()}"
+            raise StoreError(f"no database {parsed.database} {where} ('{apply}' creates it)")
+    return store

@@ -96,6 +96,10 @@ class Store(ABC):
     def ensure_database(self) -> None:
         """CREATE DATABASE IF NOT EXISTS for the URL's database."""
 
+    def database_exists(self) -> bool:
+        """True if the URL's database exists (a read-only command's check: it never creates one)."""
+        return bool(int(self.query_rows(query("store_database_exists"), {"database": self.database})[0][0]))
+
     def prepare_block(self, columns: Mapping[str, BulkColumn], rows: int, types: Mapping[str, str]) -> Any:
         """The rows serialized ahead of bulk_insert (on the calling thread), or None.
 

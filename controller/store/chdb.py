@@ -24,7 +24,7 @@ from controller.store.base import (
 from controller.store.clickhouse import as_fixed_bytes
 from controller.store.columns import StrColumn
 from controller.store.errors import classify, error_code
-from controller.store.sql import Version, parse_version, render
+from controller.store.sql import Version, parse_version, query, render
 from controller.store.url import StoreURL, check_identifier
 from dyncc_common.errors import StoreError
 
@@ -46,7 +46,8 @@ class ChdbStore(Store):
     _session_path: str | None = None
     _class_lock = threading.Lock()
 
-    def __init__(self, url: StoreURL) -> None:
+    def __init__(self, url: StoreURL, *, create: bool = True) -> None:
+        """create=False: the URL's database is not created (a read-only command; see database_exists)."""
         self.url = url
         self._lock = ChdbStore._class_lock
         with self._lock:
@@ -63,7 +64,8 @@ class ChdbStore(Store):
                     f"chDB is already open at {ChdbStore._session_path} in this process; cannot also open {url.path}"
                 )
         self._version: Version | None = None
-        self.ensure_database()
+        if create:
+            self.ensure_database()
 
     def _query(self, sql: str, fmt: str = "CSV") -> Any:
         with self._lock:
@@ -85,6 +87,15 @@ class ChdbStore(Store):
                 ChdbStore._session.query(f"CREATE DATABASE IF NOT EXISTS {check_identifier(self.database)}")
             except Exception as exc:
                 raise chdb_error(exc) from exc
+
+    def database_exists(self) -> bool:
+        sql = render(query("store_database_exists"), {"database": self.database})
+        with self._lock:  # no USE first: the database may not exist
+            try:
+                text = str(ChdbStore._session.query(sql, "CSV"))
+            except Exception as exc:
+                raise chdb_error(exc) from exc
+        return text.strip() not in ("", "0")
 
     def execute(self, sql: str, params: Mapping[str, Any] | None = None) -> None:
         self._query(render(sql, params))

@@ -139,6 +139,10 @@ class ClickHouseStore(Store):
     def ensure_database(self) -> None:
         self._run(self._admin.execute, f"CREATE DATABASE IF NOT EXISTS {check_identifier(self.database)}")
 
+    def database_exists(self) -> bool:
+        sql = render(query("store_database_exists"), {"database": self.database})
+        return bool(int(self._run(self._admin.execute, sql)[0][0]))
+
     def drop_database(self) -> None:
         """DROP DATABASE IF EXISTS for the URL's database (tests and benchmarks clean up with it)."""
         self._run(self._admin.execute, f"DROP DATABASE IF EXISTS {check_identifier(self.database)}")

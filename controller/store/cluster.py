@@ -231,6 +231,9 @@ class ShardStore(Store):
     def ensure_database(self) -> None:
         self._call(lambda s: s.ensure_database())
 
+    def database_exists(self) -> bool:
+        return bool(self._call(lambda s: s.database_exists()))
+
     def close(self) -> None:
         for store in self._stores.values():
             store.close()

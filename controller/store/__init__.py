@@ -62,6 +62,8 @@ def open_store(url: str, *, existing: bool = False) -> Store:
         if not found:
             store.close()
             where = f"in the chDB store at {parsed.path}" if parsed.scheme == "chdb" else "on the server"
-            apply = f"dyncc schema apply --clickhouse {parsed.redacted()}"
-            raise StoreError(f"no database {parsed.database} {where} ('{apply}' creates it)")
+            raise StoreError(
+                f"no database {parsed.database} {where}: run 'dyncc schema apply' first "
+                f"(with --clickhouse {parsed.redacted()}; it creates the database)"
+            )
     return store

@@ -11,16 +11,18 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PY:-.venv/bin/python}
 WORKERS=${TEST_WORKERS:-2}
 common=(-q -p no:cacheprovider)
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 
 run_group() {  # NAME MARKEXPR ARGS...: one pytest run, lines prefixed, its status on the last line
     local name=$1 expr=$2; shift 2
-    "$PY" -m pytest "${common[@]}" --durations=10 -m "$expr" "$@" 2>&1 | sed -u "s/^/[$name] /"
+    "$PY" -m pytest "${common[@]}" --durations=10 -m "$expr" "$@" 2>&1 | sed -u "s/^/[$name] /" | tee "$logs/$name"
     return "${PIPESTATUS[0]}"
 }
 
 echo "== pytest, part 1: side by side (the rest on $WORKERS workers; the cluster's; the private servers')"
 "$PY" -m pytest "${common[@]}" --durations=15 -n "$WORKERS" \
-    -m "not serial and not cluster_group and not servers_group" "$@" &
+    -m "not serial and not cluster_group and not servers_group" "$@" > >(tee "$logs/rest") 2>&1 &
 p_rest=$!
 run_group cluster "cluster_group and not serial" "$@" &
 p_cluster=$!
@@ -31,9 +33,12 @@ for p in $p_rest $p_cluster $p_servers; do
     rc=0; wait "$p" || rc=$?; codes+=("$rc")
 done
 echo "== pytest, part 2: the serial tests, one at a time"
-rc=0; "$PY" -m pytest "${common[@]}" --durations=30 -m serial "$@" || rc=$?
+rc=0; "$PY" -m pytest "${common[@]}" --durations=30 -m serial "$@" > >(tee "$logs/serial") 2>&1 || rc=$?
 codes+=("$rc")
+sleep 0.2  # the tee of the last run
 echo "== pytest exit statuses (rest, cluster, servers, serial): ${codes[*]}"
+# every run's failures once more, at the end where a CI log's tail shows them
+cat "$logs"/* | grep -E '^(\[[a-z]+\] )?(FAILED|ERROR) ' | sed 's/^/== /' || true
 all5=1
 for rc in "${codes[@]}"; do [[ $rc == 5 ]] || all5=0; done
 if [[ $all5 == 1 ]]; then echo "== pytest collected no tests: treating as failure"; exit 5; fi

@@ -1,7 +1,7 @@
 """`dyncc control` actions of the rollout component: keygen, rollout status|advance, kill-switch.
 
     dyncc control keygen --out-dir DIR [--name dyncc-config] [--force]
-    dyncc control rollout status --clickhouse URL [--pop POP]
+    dyncc control rollout status --clickhouse URL [--pop POP] [--kafka BROKERS]
     dyncc control [--kafka B|--publish-dir D] --key PEM rollout advance --clickhouse URL
     dyncc control kill-switch (--pop POP ...|--all) [--release] [--force] --clickhouse URL --key PEM
                               (--kafka BROKERS|--publish-dir DIR)
@@ -18,6 +18,10 @@ for kill-switch a POP the store does not know (no telemetry, no published
 config; controller/store/pops.py) unless --force; for rollout status|advance a --pop the
 store knows nothing of (no telemetry, config, rollout or host report), which would
 otherwise print "IDLE stable v0" for a typo.
+
+`rollout status` with --kafka also shows each host's report that is on the status topic
+but not yet stored by a round (read without committing: the rounds' offsets stay put), so
+a host's applied version is the one it reported last, not one round late.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.rollout.settings import KeygenSettings, KillSwitchSettings, RolloutActionSettings, RolloutSettings
+from controller.rollout.state import HostReport
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_brokers, check_topic
 
@@ -110,10 +115,33 @@ def rollout(store_url: str | None, cfg: RolloutSettings, settings: RolloutAction
             from controller.rollout.publish import Publisher
 
             Publisher(store, cfg).publish_round([])
-        print(rollout_status(store, list(settings.status_pops)), end="")
+        pending, note = _pending_reports(cfg) if settings.rollout_action == "status" else ({}, "")
+        print(rollout_status(store, list(settings.status_pops), pending=pending), end="")
+        if note:
+            print(note)
         return 0
     finally:
         store.close()
+
+
+def _pending_reports(cfg: RolloutSettings) -> tuple[dict[str, dict[str, HostReport]], str]:
+    """The reports on the status topic that no round has read yet (with --kafka), read without
+    committing, and a line for the operator when they could not be read."""
+    if not cfg.kafka:
+        return {}, ""
+    from controller.rollout import records as rs
+    from controller.rollout.sinks import PublishError
+    from controller.rollout.statuses import StatusIngestor
+    from dyncc_common.kafka_security import librdkafka_options
+
+    reader = StatusIngestor(
+        cfg.kafka, cfg.status_topic, cfg.status_group, options=librdkafka_options(cfg.kafka_security), timeout=10.0
+    )
+    try:
+        batch = reader.pending()
+    except PublishError as exc:
+        return {}, f"note: host reports newer than the last round not shown: {exc}"
+    return rs.pending_reports(batch.rows), ""
 
 
 def require_status_pops(store: Any, pops: list[str]) -> None:
@@ -174,6 +202,11 @@ def _kill_switch(store: Any, cfg: RolloutSettings, settings: KillSwitchSettings)
     return 1 if failed else 0
 
 
+def _newer(pending: HostReport, stored: HostReport) -> bool:
+    """Whether a report not yet stored is the host's later one (a round may have stored it since)."""
+    return pending.reported_ns > stored.reported_ns or pending.applied_version > stored.applied_version
+
+
 def _ago(ns: int, now_ns: int) -> str:
     if ns <= 0:
         return "never"
@@ -185,12 +218,22 @@ def _ago(ns: int, now_ns: int) -> str:
     return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def rollout_status(store: Any, pops: list[str] | None = None, now_ns: int | None = None) -> str:
-    """A text table: per POP its phase and versions, per host its applied version, result and health."""
+def rollout_status(
+    store: Any,
+    pops: list[str] | None = None,
+    now_ns: int | None = None,
+    pending: dict[str, dict[str, HostReport]] | None = None,
+) -> str:
+    """A text table: per POP its phase and versions, per host its applied version, result and health.
+
+    `pending`: per POP and host, a report on the status topic that no round has stored yet
+    (`_pending_reports`); it is shown instead of the host's stored one, marked `*`, so a host's
+    version is the one it reported last, not the one the last round read."""
     from controller.rollout import records as rs
 
     now = now_ns or time.time_ns()
-    wanted = pops or rs.known_pops(store)
+    pending = pending or {}
+    wanted = pops or sorted(set(rs.known_pops(store)) | set(pending))
     if not wanted:
         return "no POP has a config, a rollout or a host report yet\n"
     out: list[str] = []
@@ -207,6 +250,8 @@ def rollout_status(store: Any, pops: list[str] | None = None, now_ns: int | None
         if state.reason:
             out.append(f"  reason: {state.reason}")
         reports = rs.latest_reports(store, pop, 0)
+        newer = {h: r for h, r in pending.get(pop, {}).items() if h not in reports or _newer(r, reports[h])}
+        reports.update(newer)
         if reports:
             out.append(
                 f"  {'host':<20} {'applied':>8} {'last result':<20} {'mem avail':>10} {'load1':>6}  "
@@ -218,12 +263,15 @@ def rollout_status(store: Any, pops: list[str] | None = None, now_ns: int | None
                     f"  {host:<20} {'v' + str(r.applied_version):>8} "
                     f"{(r.result + ' v' + str(r.version)):<20} "
                     f"{r.mem_available_bytes / 2**20:>8.0f}Mi "
-                    f"{r.load1:>6.2f}  {role:<7} {_ago(r.received_ns, now)}"
+                    f"{r.load1:>6.2f}  {role:<7} "
+                    + (f"{_ago(r.reported_ns, now)} *" if host in newer else _ago(r.received_ns, now))
                 )
                 if r.errors and r.result not in ("APPLIED", "UNCHANGED"):
                     out.append(f"  {'':<20} errors: {'; '.join(r.errors[:3])}")
         else:
             out.append("  no host has reported")
+        if newer:
+            out.append(f"  * {len(newer)} on the status topic, not yet read by a round (time: the host's)")
         history = rs.config_history(store, pop, limit=5)
         if history:
             items = []

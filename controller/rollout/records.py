@@ -214,6 +214,25 @@ def _report(row: Sequence[Any]) -> HostReport:
     )
 
 
+def pending_reports(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, HostReport]]:
+    """The latest of status rows (statuses.status_rows, in topic order) per POP and host."""
+    out: dict[str, dict[str, HostReport]] = {}
+    for r in rows:
+        out.setdefault(str(r["pop"]), {})[str(r["host"])] = HostReport(
+            host=str(r["host"]),
+            version=int(r["version"]),
+            applied_version=int(r["applied_version"]),
+            result=str(r["result"]),
+            errors=tuple(r["errors"]),
+            mem_available_bytes=int(r["mem_available_bytes"]),
+            load1=float(r["load1"]),
+            available_cc=tuple(r["available_cc"]),
+            reported_ns=int(r["reported_ns"]),
+            received_ns=0,  # no round has read it yet
+        )
+    return out
+
+
 def latest_reports(store: Store, pop: str, since_ns: int) -> dict[str, HostReport]:
     rows = store.query_rows(query("rollout_latest_reports"), {"pop": pop, "since_ns": since_ns})
     return {str(r[0]): _report(r) for r in rows}

@@ -171,9 +171,7 @@ class StatusIngestor:
             }
         )
 
-    def ingest(self, store: Store) -> IngestResult:
-        from confluent_kafka import KafkaException, TopicPartition
-
+    def _check_topic(self) -> None:
         if not self._topic_checked:
             ensure_topic(
                 self.brokers,
@@ -184,39 +182,52 @@ class StatusIngestor:
                 options=self.options,
             )
             self._topic_checked = True
+
+    def _read(self, consumer: Any) -> tuple[list[tuple[bytes | None, int]], dict[int, int]]:
+        """Every message from the group's committed offsets to the high watermarks seen now:
+        (value, message time ns) pairs and each read partition's next offset."""
+        from confluent_kafka import TopicPartition
+
+        meta = consumer.list_topics(self.topic, timeout=self.timeout)
+        topic_meta = meta.topics.get(self.topic)
+        if topic_meta is None or topic_meta.error is not None:
+            raise PublishError(f"status topic {self.topic} unavailable")
+        partitions = [TopicPartition(self.topic, p) for p in sorted(topic_meta.partitions)]
+        committed = consumer.committed(partitions, timeout=self.timeout)
+        assign, high_marks = [], {}
+        for tp in committed:
+            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition), timeout=self.timeout)
+            start = tp.offset if tp.offset >= 0 else low
+            start = max(start, low)
+            if start < high:
+                assign.append(TopicPartition(self.topic, tp.partition, start))
+                high_marks[tp.partition] = high
+        messages: list[tuple[bytes | None, int]] = []
+        if not assign:
+            return messages, {}
+        consumer.assign(assign)
+        next_offsets = {tp.partition: tp.offset for tp in assign}
+        deadline = time.monotonic() + self.timeout
+        while any(next_offsets[p] < high_marks[p] for p in high_marks) and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.1):
+                if msg.error() is not None:
+                    log.warning("status consumer: %s", msg.error())
+                    continue
+                _, ts_ms = msg.timestamp()
+                messages.append((msg.value(), max(ts_ms, 0) * 1_000_000))
+                next_offsets[msg.partition()] = msg.offset() + 1
+        return messages, next_offsets
+
+    def ingest(self, store: Store) -> IngestResult:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        self._check_topic()
         consumer = self._consumer()
         result = IngestResult()
         try:
-            meta = consumer.list_topics(self.topic, timeout=self.timeout)
-            topic_meta = meta.topics.get(self.topic)
-            if topic_meta is None or topic_meta.error is not None:
-                raise PublishError(f"status topic {self.topic} unavailable")
-            partitions = [TopicPartition(self.topic, p) for p in sorted(topic_meta.partitions)]
-            committed = consumer.committed(partitions, timeout=self.timeout)
-            assign, high_marks = [], {}
-            for tp in committed:
-                low, high = consumer.get_watermark_offsets(
-                    TopicPartition(self.topic, tp.partition), timeout=self.timeout
-                )
-                start = tp.offset if tp.offset >= 0 else low
-                start = max(start, low)
-                if start < high:
-                    assign.append(TopicPartition(self.topic, tp.partition, start))
-                    high_marks[tp.partition] = high
-            if not assign:
+            messages, next_offsets = self._read(consumer)
+            if not next_offsets:
                 return result
-            consumer.assign(assign)
-            messages: list[tuple[bytes | None, int]] = []
-            next_offsets = {tp.partition: tp.offset for tp in assign}
-            deadline = time.monotonic() + self.timeout
-            while any(next_offsets[p] < high_marks[p] for p in high_marks) and time.monotonic() < deadline:
-                for msg in consumer.consume(1000, 0.1):
-                    if msg.error() is not None:
-                        log.warning("status consumer: %s", msg.error())
-                        continue
-                    _, ts_ms = msg.timestamp()
-                    messages.append((msg.value(), max(ts_ms, 0) * 1_000_000))
-                    next_offsets[msg.partition()] = msg.offset() + 1
             batch = status_rows(messages, time.time_ns())
             result.read, result.malformed = len(messages), batch.malformed
             result.inserted = insert_status_rows(store, batch.rows)
@@ -226,6 +237,22 @@ class StatusIngestor:
             if batch.malformed:
                 log.warning("skipped %d malformed status reports on %s", batch.malformed, self.topic)
             return result
+        except KafkaException as exc:
+            reason = exc.args[0] if exc.args else exc
+            raise PublishError(f"reading statuses from {self.topic}: {reason}") from exc
+        finally:
+            consumer.close()
+
+    def pending(self) -> StatusBatch:
+        """The reports on the topic that no round has stored yet, read without storing them or
+        committing (the group's offsets stay where the last round left them): what
+        `rollout status` shows on top of the stored ones.  PublishError when Kafka fails."""
+        from confluent_kafka import KafkaException
+
+        consumer = self._consumer()
+        try:
+            messages, _ = self._read(consumer)
+            return status_rows(messages, time.time_ns())
         except KafkaException as exc:
             reason = exc.args[0] if exc.args else exc
             raise PublishError(f"reading statuses from {self.topic}: {reason}") from exc

@@ -50,8 +50,9 @@ from collector.netlink.sockdiag_parse import ErrorCounts, Parsed
 from collector.telemetry.filters import DEFAULT_EXCLUDES, FilterSpec, apply_filters, parse_networks
 from collector.telemetry.prefetch import Prefetch
 from collector.telemetry.prefixes import client_prefixes
-from collector.telemetry.settings import CollectSettings
+from collector.telemetry.settings import CollectSettings, parse_states
 from dyncc_common import __version__
+from dyncc_common.errors import ConfigError
 from schemas.tcpinfo_columns import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS
 from schemas.tcpinfo_encode import BatchHeader, BodyParts, encode_header, split_body_parts
 
@@ -73,6 +74,34 @@ class PollerConfig:
     max_bytes: int = DEFAULT_MAX_BYTES
     chunk_bytes: int = DEFAULT_CHUNK
     ext: int = DEFAULT_EXT
+
+    @classmethod
+    def from_settings(cls, cfg: CollectSettings) -> PollerConfig:
+        """The poller's configuration of `dyncc collect`'s settings; ConfigError for a bad --exclude."""
+        excludes = [*DEFAULT_EXCLUDES, *cfg.exclude] if cfg.default_excludes else list(cfg.exclude)
+        try:
+            spec = FilterSpec(
+                states=frozenset(parse_states(cfg.state)),
+                local_ports=frozenset(cfg.port),
+                exclude=tuple(parse_networks(excludes)),
+                sample_n=cfg.sample,
+                min_bytes_acked=cfg.min_bytes_acked,
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        return cls(
+            host=cfg.host,
+            pop=cfg.pop,
+            netns=tuple(cfg.netns),
+            all_netns=cfg.all_netns,
+            states=tuple(sorted(set(parse_states(cfg.state)))),
+            filters=spec,
+            prefix_v4=cfg.prefix_v4,
+            prefix_v6=cfg.prefix_v6,
+            export_addresses=cfg.export_addresses,
+            max_rows=cfg.max_rows,
+            max_bytes=cfg.max_bytes,
+        )
 
 
 @dataclass

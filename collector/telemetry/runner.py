@@ -18,7 +18,7 @@ import time
 from collector.netlink.sockdiag import DumpTimeout
 from collector.telemetry import timeline
 from collector.telemetry.metrics import CollectMetrics
-from collector.telemetry.poller import Poller, PollResult
+from collector.telemetry.poller import Poller, PollerConfig, PollResult
 from collector.telemetry.prefetch import Prefetch
 from collector.telemetry.settings import CollectSettings
 from collector.telemetry.sinks import FileSink, KafkaSink, KafkaStart, Sink, StdoutSink
@@ -72,7 +72,7 @@ class CollectLoop:
         self.sink = sink
         self.metrics = metrics
         self.stop = stop
-        self.poller = Poller(cfg.poller_config(), prefetch=prefetch)
+        self.poller = Poller(PollerConfig.from_settings(cfg), prefetch=prefetch)
         self.polls = 0
         self.last_summary = ""
 

@@ -6,9 +6,10 @@ top level or under a `[collect]` table (dyncc_common.settings builds the flags,
 the file loading and docs/settings.md from the rows below).  Every value is
 checked when the settings are built; a bad one raises ConfigError with a
 one-line reason (the CLI exits 2).  `check_host()` looks at the machine (the
---out directory, the --netns namespaces); `poller_config()` builds the
-poller's PollerConfig (it imports the numpy modules: this module stays
-numpy-free, as a one-shot collector starts its dump before numpy loads).
+--out directory, the --netns namespaces).  This module stays numpy-free, as a
+one-shot collector starts its dump before numpy loads, and imports nothing of
+the poller: `collector.telemetry.poller.PollerConfig.from_settings` builds the
+poller's configuration from these settings.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import dataclasses
 import ipaddress
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from collector.netlink.sockdiag import DEFAULT_STATES
 from collector.netlink.sockdiag import parse_states as netlink_states
@@ -40,9 +41,6 @@ from dyncc_common.settings import (
     reuse,
     setting,
 )
-
-if TYPE_CHECKING:
-    from collector.telemetry.poller import PollerConfig
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -216,34 +214,3 @@ class CollectSettings(Settings):
     def dump_plan_settings(self) -> dict[str, Any]:
         """What decides the kernel dump, for the prefetch (collector.telemetry.start)."""
         return {"state": list(self.state), "netns": list(self.netns), "all_netns": self.all_netns}
-
-    def poller_config(self) -> PollerConfig:
-        """The poller's configuration (imports the numpy modules); ConfigError for a bad --exclude."""
-        from collector.telemetry.filters import DEFAULT_EXCLUDES, FilterSpec, parse_networks
-        from collector.telemetry.poller import PollerConfig
-
-        excludes = [*DEFAULT_EXCLUDES, *self.exclude] if self.default_excludes else list(self.exclude)
-        try:
-            nets = parse_networks(excludes)
-            spec = FilterSpec(
-                states=frozenset(parse_states(self.state)),
-                local_ports=frozenset(self.port),
-                exclude=tuple(nets),
-                sample_n=self.sample,
-                min_bytes_acked=self.min_bytes_acked,
-            )
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
-        return PollerConfig(
-            host=self.host,
-            pop=self.pop,
-            netns=tuple(self.netns),
-            all_netns=self.all_netns,
-            states=tuple(sorted(set(parse_states(self.state)))),
-            filters=spec,
-            prefix_v4=self.prefix_v4,
-            prefix_v6=self.prefix_v6,
-            export_addresses=self.export_addresses,
-            max_rows=self.max_rows,
-            max_bytes=self.max_bytes,
-        )

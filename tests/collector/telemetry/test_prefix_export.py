@@ -16,7 +16,7 @@ from contextlib import ExitStack, contextmanager
 import numpy as np
 import pytest
 
-from collector.telemetry.poller import Poller
+from collector.telemetry.poller import Poller, PollerConfig
 from collector.telemetry.settings import CollectSettings
 from dyncc_common.errors import ConfigError
 from schemas.tcpinfo_decode import decode_batch
@@ -62,7 +62,7 @@ def host_bits_zero(address: str, prefix: str) -> bool:
 
 def test_setting_default_choices_and_toml(tmp_path) -> None:
     assert load_config().export_addresses == "full"
-    assert load_config("--export-addresses", "prefix").poller_config().export_addresses == "prefix"
+    assert PollerConfig.from_settings(load_config("--export-addresses", "prefix")).export_addresses == "prefix"
     toml = tmp_path / "collect.toml"
     toml.write_text('[collect]\nexport_addresses = "prefix"\n')
     assert load_config("--config", str(toml)).export_addresses == "prefix"
@@ -77,7 +77,7 @@ def test_prefix_mode_zeroes_host_bits_in_the_encoded_column(v4_len: int, v6_len:
     with loopback_clients():
         for mode in ("full", "prefix"):
             cfg = load_config("--no-default-excludes", "--export-addresses", mode)
-            poller_cfg = cfg.poller_config()
+            poller_cfg = PollerConfig.from_settings(cfg)
             poller_cfg.prefix_v4, poller_cfg.prefix_v6 = v4_len, v6_len
             batches = [decode_batch(b) for b in Poller(poller_cfg).poll().batches]
             dst = np.concatenate([b.columns["dst_addr"] for b in batches])

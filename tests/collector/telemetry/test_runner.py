@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from collector.telemetry.metrics import CollectMetrics
+from collector.telemetry.poller import PollerConfig
 from collector.telemetry.runner import CollectLoop
 from collector.telemetry.settings import CollectSettings
 from collector.telemetry.sinks import FileSink, KafkaSink, KafkaStart, StdoutSink
@@ -105,12 +106,12 @@ def test_toml_then_flags(tmp_path: Path) -> None:
     cfg = load_config("--config", str(conf), "--sample", "2", "--interval", "30s")
     assert cfg.interval == 30 and cfg.jitter == 3.0
     assert cfg.sink == "file" and cfg.out == "/tmp/x"
-    assert cfg.poller_config().filters.local_ports == {443, 80}
-    assert cfg.poller_config().filters.sample_n == 2
-    assert cfg.poller_config().filters.min_bytes_acked == 1024
-    assert cfg.poller_config().states == (1,)
-    assert "10.0.0.0/8" in {str(n) for n in cfg.poller_config().filters.exclude}
-    assert "127.0.0.0/8" in {str(n) for n in cfg.poller_config().filters.exclude}
+    assert PollerConfig.from_settings(cfg).filters.local_ports == {443, 80}
+    assert PollerConfig.from_settings(cfg).filters.sample_n == 2
+    assert PollerConfig.from_settings(cfg).filters.min_bytes_acked == 1024
+    assert PollerConfig.from_settings(cfg).states == (1,)
+    assert "10.0.0.0/8" in {str(n) for n in PollerConfig.from_settings(cfg).filters.exclude}
+    assert "127.0.0.0/8" in {str(n) for n in PollerConfig.from_settings(cfg).filters.exclude}
 
 
 @pytest.mark.parametrize(
@@ -160,7 +161,7 @@ def test_stdout_sink_one_json_line_per_socket(tmp_path: Path) -> None:
     from collector.telemetry.poller import Poller
 
     cfg = load_config("--no-default-excludes", "--max-rows", "2")
-    batches = Poller(cfg.poller_config()).poll().batches
+    batches = Poller(PollerConfig.from_settings(cfg)).poll().batches
     rows = sum(decode_batch(b).row_count for b in batches)
     lines: list[str] = []
     StdoutSink(CollectMetrics(prometheus=False), write=lambda s: lines.extend(s.splitlines())).send_poll(batches)

@@ -299,6 +299,50 @@ def apply_layouts(
     return todo
 
 
+def walk_attributes(
+    u32: np.ndarray,
+    offs: np.ndarray,
+    lens: np.ndarray,
+    todo: np.ndarray,
+    found: dict[int, np.ndarray],
+    flen: dict[int, np.ndarray],
+    errors: ErrorCounts,
+) -> None:
+    """Walk the attribute chains of the messages `todo` (row indices) in lock step, at most
+    MAX_ATTRS steps: each attribute type in `found` gets its payload offset and length (the last
+    one wins).  Bad, cut-short and surplus attributes are counted in `errors`."""
+    cur = offs + DIAG_MSG_LEN
+    end = offs + lens
+    active = todo[cur[todo] + 4 <= end[todo]]
+    steps = 0
+    while active.size and steps < MAX_ATTRS:
+        steps += 1
+        c = cur[active]
+        word = u32[c >> 2]
+        nla_len = (word & 0xFFFF).astype(np.int64)
+        nla_type = (word >> 16) & 0x3FFF
+        bad = (nla_len < 4) | (c + nla_len > end[active])
+        if bad.any():
+            errors["bad_attribute"] += int(np.count_nonzero(bad))
+        okay = ~bad
+        for t in found:
+            sel = okay & (nla_type == t)
+            if sel.any():
+                rows_sel = active[sel]
+                found[t][rows_sel] = c[sel] + 4
+                flen[t][rows_sel] = nla_len[sel] - 4
+        nxt = c + ((nla_len + 3) & ~3)
+        nxt[bad] = end[active][bad]
+        cur[active] = nxt
+        active = active[nxt + 4 <= end[active]]
+    if active.size:
+        errors["too_many_attributes"] += int(active.size)
+    left = end[todo] - cur[todo]  # 1-3 bytes after the chain: a header cut short (kernel chains end exactly)
+    cut_short = (left > 0) & (left < 4)
+    if cut_short.any():
+        errors["bad_attribute"] += int(np.count_nonzero(cut_short))
+
+
 def parse_messages(
     buf: Buf,
     offsets: Iterable[int] | np.ndarray,
@@ -363,36 +407,7 @@ def parse_messages(
     }
     flen = {t: np.zeros(rows, dtype=np.int64) for t in found}
     todo = apply_layouts(u32, offs, lens, found, flen)
-    cur = offs + DIAG_MSG_LEN
-    end = offs + lens
-    active = todo[cur[todo] + 4 <= end[todo]]
-    steps = 0
-    while active.size and steps < MAX_ATTRS:
-        steps += 1
-        c = cur[active]
-        word = u32[c >> 2]
-        nla_len = (word & 0xFFFF).astype(np.int64)
-        nla_type = (word >> 16) & 0x3FFF
-        bad = (nla_len < 4) | (c + nla_len > end[active])
-        if bad.any():
-            errors["bad_attribute"] += int(np.count_nonzero(bad))
-        okay = ~bad
-        for t in found:
-            sel = okay & (nla_type == t)
-            if sel.any():
-                rows_sel = active[sel]
-                found[t][rows_sel] = c[sel] + 4
-                flen[t][rows_sel] = nla_len[sel] - 4
-        nxt = c + ((nla_len + 3) & ~3)
-        nxt[bad] = end[active][bad]
-        cur[active] = nxt
-        active = active[nxt + 4 <= end[active]]
-    if active.size:
-        errors["too_many_attributes"] += int(active.size)
-    left = end[todo] - cur[todo]  # 1-3 bytes after the chain: a header cut short (kernel chains end exactly)
-    cut_short = (left > 0) & (left < 4)
-    if cut_short.any():
-        errors["bad_attribute"] += int(np.count_nonzero(cut_short))
+    walk_attributes(u32, offs, lens, todo, found, flen, errors)
 
     cols: dict[str, np.ndarray] = {}
     family = hdr["family"].astype(np.uint32)

@@ -169,6 +169,27 @@ def log_deny_changes(store: Store, pop: str, now: dt.datetime, deny: Sequence[st
             log.warning("POP %s: the deny list changed since round %s: %s", name, round_id, change)
 
 
+def round_scores(
+    store: Store, cfg: ScoringSettings, window: Window, pop: str, round_time_ns: int, timings: dict[str, float]
+) -> pd.DataFrame:
+    """Refresh the scoring cache and score every prefix of `pop` in `window` (incrementally when
+    cfg.incremental and the window packs into masks); the seconds of each step go to `timings`."""
+    # a cluster: a round that cannot read every shard would score part of the prefixes as if
+    # they were all; it fails here (StoreUnavailable naming the shard) and publishes nothing
+    store.check_shards()
+    t = time.perf_counter()
+    keys = refresh(store, cfg, window, pop, round_time_ns)
+    timings["refresh"] = time.perf_counter() - t
+    t = time.perf_counter()
+    if cfg.incremental and packs_masks(window):
+        scores = score_incrementally(store, cfg, window, pop, keys, round_time_ns)
+        drop_old_state(store, cfg)
+    else:
+        scores = score_prefixes(store, cfg, window, pop, keys)
+    timings["score"] = time.perf_counter() - t
+    return scores
+
+
 def run_round(
     store: Store,
     cfg: ScoringSettings,
@@ -208,19 +229,7 @@ def run_round(
     window = window_for(now, cfg)
     timings: dict[str, float] = {}
 
-    # a cluster: a round that cannot read every shard would score part of the prefixes as if
-    # they were all; it fails here (StoreUnavailable naming the shard) and publishes nothing
-    store.check_shards()
-    t = time.perf_counter()
-    keys = refresh(store, cfg, window, pop, round_time_ns)
-    timings["refresh"] = time.perf_counter() - t
-    t = time.perf_counter()
-    if cfg.incremental and packs_masks(window):
-        scores = score_incrementally(store, cfg, window, pop, keys, round_time_ns)
-        drop_old_state(store, cfg)
-    else:
-        scores = score_prefixes(store, cfg, window, pop, keys)
-    timings["score"] = time.perf_counter() - t
+    scores = round_scores(store, cfg, window, pop, round_time_ns, timings)
     t = time.perf_counter()
     # a dry run reads the store: it must leave the memo to the next round that writes
     previous = load_previous(store, pop, now, include_recorded=not publishing, memo=None if dry_run else memo)

@@ -15,7 +15,7 @@ Per target and size, in a fresh database (the URL's {db}):
   warm   `runs` more run_rounds 5 minutes apart: one new bucket merged, the incremental state
          moved by one bucket (controller/scoring/incremental.py), scored, decided against the
          previous round's state, written (what every controller round costs);
-  full   the reference, in the same run: `runs` rounds more with --no-incremental (each re-reads
+  full   the reference, in the same run: `runs` rounds more with incremental=False (each re-reads
          the 36 buckets of the cache), printed as the incremental round's ratio to it;
          --cold-runs N: N - 1 more cold rounds after those, the cache tables truncated first;
   kept   the cache kept by a loader (`dyncc ingest --cache-every`, controller/statistics/keeper.py):
@@ -244,7 +244,7 @@ def kept_rounds(
 
 
 def full_rounds(store: Store, cfg: ScoringSettings, now: dt.datetime, label: str, size: int, runs: int) -> list[float]:
-    """The reference: warm rounds that re-read the whole window (--no-incremental), after the
+    """The reference: warm rounds that re-read the whole window (incremental=False), after the
     incremental ones, on the same data (each one bucket later, like them)."""
     full_cfg = dataclasses.replace(cfg, incremental=False)
     out = []

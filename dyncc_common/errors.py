@@ -5,6 +5,8 @@ checks it); where a class was a ValueError before, ValueError stays its second b
 
     DynccError                          base of every dyncc error; str() is a one-line reason
     ├── ConfigError                     bad configuration or arguments: one line, exit 2
+    │   └── KafkaSecurityError          dyncc_common.kafka_security: the broker refused the
+    │                                   client's credentials or certificate
     ├── StoreError                      any store failure (see below)
     │   ├── StoreUnavailable            the store could not be reached or is overloaded
     │   │                               (connection refused or lost, timeouts, too many parts /
@@ -21,6 +23,7 @@ checks it); where a class was a ValueError before, ValueError stays its second b
     ├── GroupDecodeError                schemas.tcpinfo_decode: a group of batches that cannot be
     │                                   decoded together (decoded one by one instead)
     ├── SignatureError                  schemas.signing: a CongestionConfig signature that fails
+    │   └── UntrustedKeyError           ... because its key id is not trusted (a rotated-out key)
     ├── FrameError (+ValueError)        schemas.framing: a collector-file frame that cannot be written,
     │                                   or damage where whole frames were required (split_frames)
     │
@@ -35,11 +38,14 @@ checks it); where a class was a ValueError before, ValueError stays its second b
     ├── BpfProgramError (+OSError)      collector.agent.bpf.prog: a bpftool step (load, attach,
     │                                   detach) failed
     ├── BpfMapError (+OSError)          collector.agent.bpf.maps: a BPF map read or write failed
+    │   └── InjectedFailure             collector.agent.bpf.apply: the failure a test asked for
     │
     │   the centre (controller)
     ├── SchemaMismatch                  controller.store.native: a table's columns differ from
     │                                   the Native block being sent
-    ├── ScoringConfigError (+ValueError)  controller.scoring.settings: invalid scoring settings
+    ├── SettingsUnreadable              controller.scoring.round_settings: a round's recorded
+    │                                   settings that do not make a valid settings object
+    │                                   (invalid scoring settings given are a ConfigError)
     ├── PublishError                    controller.rollout.sinks: a config could not be published
     ├── LineError (+ValueError)         controller.ingest.access_log: an access-log line that does
     │                                   not parse (dead-lettered)

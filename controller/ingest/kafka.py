@@ -30,13 +30,8 @@
   retried; the loader keeps running and resumes by itself.  A commit that
   fails is kept and retried (with backoff, and with the next flush's
   offsets); the rows are loaded either way and a redelivery is deduplicated.
-  Commits are asynchronous (librdkafka's commit(asynchronous=True)), sent from
-  the main thread, one at a time; the answer comes through on_commit while the
-  main thread polls.  Nothing waits for it: a synchronous commit waits without a
-  bound, and after a broker's graceful stop that answer may never come (the main
-  thread, blocked there, would neither poll, rejoin nor stop).  A commit not
-  answered within `commit_timeout` (10 s) is given up and sent again.  At exit
-  the loader polls for the last answer for at most commit_timeout.
+  Commits (asynchronous, one in flight, given up after commit_timeout) and the lag:
+  controller/ingest/kafka_offsets.py.
   librdkafka's log lines and errors, and repeated errors of the loader's own
   Kafka calls, go through dyncc_common.kafka_log.KafkaLog: about one line per
   `log_interval` during an outage.
@@ -47,14 +42,7 @@
   for that; the main thread waits for them and does the housekeeping).
   Lag = high watermark - committed offset (the low watermark when the group
   committed nothing), so it counts messages consumed but not yet loaded.
-* Start: wait_for_brokers() asks for the topic's metadata for up to
-  --connect-timeout and fails with one line (exit 2) naming the brokers.  A --drain run
-  (a script waiting for the answer) probes for at most DRAIN_PROBE_SECONDS (5 s) instead:
-  a dead or mistyped broker is said in seconds, not after the daemon's 30 s.  A broker that
-  refuses the client's password or certificate (or a TLS listener spoken to in plaintext) is
-  said at once, also one line, exit 2 (dyncc_common.kafka_security); after a successful start
-  such failures are counted (kafka_errors{op="client"}) and retried as for an outage.
-* TLS / SASL: `security` holds the librdkafka options of the --kafka-ca ... settings.
+* Start (wait_for_brokers), the consumer's settings, TLS / SASL: controller/ingest/kafka_config.py.
 * Rebalance: before partitions are revoked the buffered group is flushed and
   committed (or, if the store is down, dropped uncommitted for the next owner).
   Partitions lost (the session timed out: the broker away, on_lost) are settled
@@ -87,166 +75,26 @@ import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from controller.ingest.metrics import IngestMetrics
-from controller.ingest.settings import IngestSettings
+from controller.ingest.kafka_config import DRAIN_PROBE_SECONDS as DRAIN_PROBE_SECONDS
+from controller.ingest.kafka_config import KafkaConfig, Key, kafka_logger, offsets_text, partitions_text
+from controller.ingest.kafka_config import consumer_settings as consumer_settings
+from controller.ingest.kafka_config import start_probe as start_probe
+from controller.ingest.kafka_config import wait_for_brokers as wait_for_brokers
+from controller.ingest.kafka_offsets import OffsetCommits
 from controller.ingest.writer import BatchWriter, FlushResult, Incoming, PreparedFlush
 from controller.store import StoreError
-from dyncc_common.errors import ConfigError
 from dyncc_common.kafka_log import KafkaLog
-from dyncc_common.kafka_security import KafkaSecurityError, librdkafka_options, security_message
 from dyncc_common.runtime import StopFlag
 
 log = logging.getLogger("dyncc.ingest")
-kafka_logger = logging.getLogger("dyncc.ingest.kafka")
 
 CRASH_ENV = "DYNCC_INGEST_CRASH_AFTER_INSERT"
 T = TypeVar("T")
-Key = tuple[str, int]  # (topic, partition)
 
 
-_DEFAULTS = IngestSettings.defaults()  # the settings table holds the defaults: not repeated here
-
-
-DRAIN_PROBE_SECONDS = 5.0  # a --drain run's start probe: a dead broker is said in seconds
-
-
-@dataclass
-class KafkaConfig:
-    """The loader's configuration; from_settings() builds it from `dyncc ingest`'s settings."""
-
-    brokers: str
-    topic: str = _DEFAULTS["topic"]
-    group: str = _DEFAULTS["group"]
-    max_rows: int = _DEFAULTS["max_rows"]  # ClickHouse writes (and merges) fewer parts for larger inserts
-    min_rows: int = _DEFAULTS["min_rows"]  # flush at once when the insert thread is idle and this many rows wait
-    max_bytes: int = _DEFAULTS["max_bytes"]
-    max_wait: float = _DEFAULTS["max_wait"]
-    inserters: int = _DEFAULTS["inserters"]  # concurrent INSERTs: ClickHouse runs each on its own thread
-    poll_messages: int = 32
-    drain: bool = _DEFAULTS["drain"]
-    backoff_initial: float = 0.5
-    backoff_max: float = _DEFAULTS["backoff_max"]
-    lag_interval: float = 5.0
-    kafka_timeout: float = 2.0  # bound of one housekeeping request (committed offsets, watermarks)
-    log_interval: float = 10.0  # repeated Kafka messages: one summary line per interval
-    connect_timeout: float = _DEFAULTS["connect_timeout"]  # wait_for_brokers(); 0 = do not check
-    commit_timeout: float = 10.0  # a commit not answered by then is left pending and retried
-    #: subscribed with no partition this long while a broker answers: a new consumer subscribes
-    rejoin_after: float = 60.0
-    #: where the start probe's time comes from, for its error line
-    connect_option: str = "--connect-timeout"
-    #: librdkafka's TLS / SASL options (dyncc_common.kafka_security.librdkafka_options); holds the password
-    security: dict[str, Any] = field(default_factory=dict, repr=False)
-
-    @classmethod
-    def from_settings(cls, settings: IngestSettings) -> KafkaConfig:
-        """The Kafka loader's configuration (needs --kafka: ConfigError)."""
-        if not settings.kafka:
-            raise ConfigError("--kafka BROKERS is needed to read from Kafka")
-        connect, option = start_probe(settings.connect_timeout, settings.drain)
-        return cls(
-            brokers=settings.kafka,
-            topic=settings.topic,
-            group=settings.group,
-            max_rows=settings.max_rows,
-            min_rows=min(settings.min_rows, settings.max_rows),
-            max_bytes=settings.max_bytes,
-            max_wait=settings.max_wait,
-            inserters=settings.inserters,
-            drain=settings.drain,
-            backoff_max=settings.backoff_max,
-            connect_timeout=connect,
-            connect_option=option,
-            security=librdkafka_options(settings.kafka_security),
-        )
-
-
-def start_probe(connect_timeout: float, drain: bool) -> tuple[float, str]:
-    """(seconds, the option they come from) of the start probe (wait_for_brokers).  Pure.
-
-    A long-running loader waits up to --connect-timeout (0: no probe, wait forever) for a broker at
-    start and rides out later outages; a --drain run waits at most DRAIN_PROBE_SECONDS (unless
-    --connect-timeout is shorter, or 0)."""
-    if drain and connect_timeout > DRAIN_PROBE_SECONDS:
-        return DRAIN_PROBE_SECONDS, f"--drain: at most {DRAIN_PROBE_SECONDS:g}s"
-    return connect_timeout, "--connect-timeout"
-
-
-def consumer_settings(cfg: KafkaConfig, kafka_log: KafkaLog | None = None) -> dict[str, Any]:
-    settings: dict[str, Any] = {
-        "bootstrap.servers": cfg.brokers,
-        "group.id": cfg.group,
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        # librdkafka's default 1000 ms backoff when its fetch queue is full stalls
-        # the loader about a second at a time (docs/performance.md).
-        "fetch.queue.backoff.ms": 10,
-        # Fetch in chunks larger than the default 1 MB per partition (with it the loader waited
-        # for the broker much of a run) and keep a small prefetch queue: it fills whenever the
-        # loader is behind, and librdkafka's buffers for it (the queue, the fetch responses being
-        # decompressed) are resident memory: larger sizes cost much of the loader's peak RSS
-        # (docs/performance.md, "Loader memory").  The loader holds its own backlog (max_rows), so
-        # a deep queue buys nothing.
-        "max.partition.fetch.bytes": 2 << 20,
-        "fetch.max.bytes": 4 << 20,
-        "queued.max.messages.kbytes": 4 << 10,
-        "max.poll.interval.ms": 300_000,
-        "session.timeout.ms": 10_000,
-        "heartbeat.interval.ms": 1_000,
-        "client.id": f"dyncc-ingest-{os.getpid()}",
-        "logger": kafka_log or kafka_logger,
-        **cfg.security,
-    }
-    if kafka_log is not None:
-        settings["error_cb"] = kafka_log.error
-    return settings
-
-
-def wait_for_brokers(cfg: KafkaConfig, metrics: IngestMetrics | None = None) -> None:
-    """Return once a broker answers a metadata request; ConfigError after cfg.connect_timeout (0: no check)."""
-    if cfg.connect_timeout <= 0:
-        return
-    from confluent_kafka import Consumer, KafkaException
-
-    def counted(err: Any) -> None:
-        if metrics is not None:
-            metrics.kafka_errors.labels("client").inc()
-
-    quiet = KafkaLog(kafka_logger, quiet=True, on_error=counted)
-    settings = consumer_settings(cfg, quiet)
-    settings["client.id"] = f"dyncc-ingest-{os.getpid()}-connect"
-    consumer = Consumer(settings)
-    deadline = time.monotonic() + cfg.connect_timeout
-    reason = "no answer"
-    try:
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                consumer.list_topics(cfg.topic, timeout=min(left, 1.0))
-                return
-            except KafkaException as exc:
-                if metrics is not None:
-                    metrics.kafka_errors.labels("metadata").inc()
-                reason = _error_text(exc)
-            consumer.poll(0)  # serves the client's error callbacks: the reason of the failure
-            kind, text = quiet.security_failure()
-            if kind:  # the broker answered, and refused us: waiting longer changes nothing
-                raise KafkaSecurityError(f"Kafka {cfg.brokers}: {security_message(kind, text)}")
-    finally:
-        consumer.close()
-    detail = quiet.last_error or reason
-    raise ConfigError(
-        f"cannot reach Kafka broker {cfg.brokers} within {cfg.connect_timeout:g}s ({cfg.connect_option}): {detail}"
-    )
-
-
-class KafkaLoader:
+class KafkaLoader(OffsetCommits):
     def __init__(self, writer: BatchWriter, cfg: KafkaConfig, stop: StopFlag) -> None:
         from confluent_kafka import Consumer
 
@@ -314,14 +162,14 @@ class KafkaLoader:
         self.next_commit_retry = 0.0
         self.commit_backoff = self.cfg.backoff_initial
         self._next_lag = 0.0
-        log.info("assigned %s", _tps(partitions))
+        log.info("assigned %s", partitions_text(partitions))
         if self.paused and partitions:
             consumer.assign(partitions)
             consumer.pause(partitions)
 
     def _on_lost(self, consumer: Any, partitions: list[Any]) -> None:
         """The session timed out (the broker away): settle the groups in flight, commit nothing."""
-        log.warning("lost %s (group session timed out); rejoining", _tps(partitions))
+        log.warning("lost %s (group session timed out); rejoining", partitions_text(partitions))
         self._no_commit = True
         try:
             self._on_revoke(consumer, partitions, said=True)
@@ -330,7 +178,7 @@ class KafkaLoader:
 
     def _on_revoke(self, consumer: Any, partitions: list[Any], said: bool = False) -> None:
         if not said:
-            log.info("revoked %s", _tps(partitions))
+            log.info("revoked %s", partitions_text(partitions))
         self._in_callback = True
         try:
             self._settle(final=True)
@@ -406,7 +254,7 @@ class KafkaLoader:
                     and not self.paused
                     and self._caught_up()
                 ):
-                    log.info("drained: lag 0 on %s", _tps(self.assignment))
+                    log.info("drained: lag 0 on %s", partitions_text(self.assignment))
                     return 0
             log.info("stopping (%s)", self.stop.signal_name or "stop")
             self._settle(final=True)
@@ -414,7 +262,9 @@ class KafkaLoader:
         finally:
             self._settle(final=True)
             if self.pending and not self._commit_final():
-                log.warning("offsets left uncommitted (%s); a redelivery will be deduplicated", _offsets(self.pending))
+                log.warning(
+                    "offsets left uncommitted (%s); a redelivery will be deduplicated", offsets_text(self.pending)
+                )
             self.pool.shutdown(wait=True)
             self.prepare_pool.shutdown(wait=True)
             if self.rows_loaded:
@@ -550,11 +400,6 @@ class KafkaLoader:
     def _client_error(self, err: Any) -> None:
         self.metrics.kafka_errors.labels("client").inc()
 
-    def _kafka_error(self, op: str, exc: Exception) -> None:
-        """A failed Kafka request outside the message flow: counted, logged (rate-limited), retried later."""
-        self.metrics.kafka_errors.labels(op).inc()
-        self.kafka_log.note(logging.WARNING, f"{op} failed", f"kafka {op} failed (retrying): {_error_text(exc)}")
-
     # ------------------------------------------------------------ flushing
 
     def _submit(self) -> None:
@@ -660,167 +505,12 @@ class KafkaLoader:
             self._commit_pending()
         acked, self.acked = self.acked, {}
         waiting = {k: o for k, o in self.pending.items() if acked.get(k) != o}
-        status = [f"committed {_offsets(acked)}"] if acked else []
+        status = [f"committed {offsets_text(acked)}"] if acked else []
         if waiting:
-            status.append(f"commit pending {_offsets(waiting)}")
-        log.info("flush %s; loaded %s; %s", result.summary(), _offsets(ends), "; ".join(status) or "nothing to commit")
+            status.append(f"commit pending {offsets_text(waiting)}")
+        log.info(
+            "flush %s; loaded %s; %s", result.summary(), offsets_text(ends), "; ".join(status) or "nothing to commit"
+        )
         self.rows_loaded += result.rows
         self.last_flush_at = time.time()
         self.backoff = self.cfg.backoff_initial
-
-    def _commit_pending(self) -> bool:
-        """Send the loaded offsets not committed yet as an asynchronous commit (never blocks).
-
-        True when nothing is left to commit.  One commit is in flight at a time; its answer comes
-        through _on_commit (served by poll()/consume() on the main thread).  A commit not answered
-        within commit_timeout is given up, counted, and sent again after the backoff."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        if not self.pending:
-            return True
-        if self._no_commit:  # partitions lost: the group would refuse (or wait for a coordinator)
-            return False
-        now = time.monotonic()
-        if self.commit_sent_at:
-            if now - self.commit_sent_at < self.cfg.commit_timeout:
-                return False  # the last one is not answered yet: do not pile up more
-            self._forget_commit()
-            self._commit_failed(TimeoutError(f"no answer within {self.cfg.commit_timeout:g}s"))
-            return False
-        if now < self.next_commit_retry:
-            return False
-        offsets = [TopicPartition(t, p, o) for (t, p), o in sorted(self.pending.items())]
-        try:
-            self.consumer.commit(offsets=offsets, asynchronous=True)
-        except KafkaException as exc:
-            self._commit_failed(exc)
-            return False
-        self.commit_inflight = dict(self.pending)
-        self.commit_sent_at = now
-        return False
-
-    def _on_commit(self, err: Any, partitions: list[Any]) -> None:
-        """librdkafka's answer to an asynchronous commit (main thread, inside poll/consume/close)."""
-        from confluent_kafka import KafkaException
-
-        failed: Any = err
-        for tp in partitions or []:
-            key = (tp.topic, tp.partition)
-            if self.commit_inflight.get(key) == tp.offset:
-                del self.commit_inflight[key]
-            if err is not None or tp.error is not None:
-                failed = failed or tp.error
-                continue
-            if tp.offset < 0:
-                continue
-            known = self.committed_offsets.get(key)
-            self.committed_offsets[key] = tp.offset if known is None else max(known, tp.offset)
-            if key in self.pending and self.pending[key] <= tp.offset:
-                del self.pending[key]
-            self.acked[key] = max(self.acked.get(key, -1), tp.offset)
-        if not self.commit_inflight:
-            self.commit_sent_at = 0.0
-        if failed is not None:
-            self._forget_commit()
-            self._commit_failed(KafkaException(failed))
-        else:
-            self.commit_backoff = self.cfg.backoff_initial
-            self.next_commit_retry = 0.0
-
-    def _forget_commit(self) -> None:
-        self.commit_inflight = {}
-        self.commit_sent_at = 0.0
-
-    def _commit_failed(self, exc: Exception) -> None:
-        self._kafka_error("commit", exc)
-        self.next_commit_retry = time.monotonic() + self.commit_backoff
-        self.commit_backoff = min(self.commit_backoff * 2, self.cfg.backoff_max)
-
-    def _commit_final(self) -> bool:
-        """At exit: send what is pending and poll for the answer, for at most commit_timeout.
-
-        The assigned partitions are paused first: the polls deliver no message (what is not
-        committed is redelivered and deduplicated)."""
-        from confluent_kafka import KafkaException
-
-        with contextlib.suppress(KafkaException, RuntimeError):
-            self.consumer.pause(self.consumer.assignment())
-        deadline = time.monotonic() + self.cfg.commit_timeout
-        sent = 0
-        while self.pending and time.monotonic() < deadline:
-            if not self.commit_sent_at:
-                if sent >= 2:
-                    break  # refused twice: the broker is away, a redelivery is deduplicated
-                sent += 1
-                self.next_commit_retry = 0.0
-                self._commit_pending()
-                if not self.commit_sent_at:
-                    break
-            try:
-                self.consumer.poll(0.2)  # serves on_commit
-            except (KafkaException, RuntimeError):
-                break
-        return not self.pending
-
-    # ------------------------------------------------------------ lag
-
-    def _lags(self) -> dict[Key, int]:
-        """high watermark - committed offset per assigned partition (those the broker did not answer for left out)."""
-        from confluent_kafka import KafkaException, TopicPartition
-
-        c = self.consumer
-        keys = [(tp.topic, tp.partition) for tp in c.assignment()]
-        unknown = [key for key in keys if key not in self.committed_offsets]
-        if unknown:
-            try:
-                got = c.committed([TopicPartition(t, p) for t, p in unknown], timeout=self.cfg.kafka_timeout)
-            except KafkaException as exc:
-                self._kafka_error("committed", exc)
-                got = []
-            for tp in got:
-                if tp.error is None:
-                    self.committed_offsets[(tp.topic, tp.partition)] = tp.offset
-        out: dict[Key, int] = {}
-        for key in keys:
-            committed = self.committed_offsets.get(key)
-            if committed is None:
-                continue
-            try:
-                low, high = c.get_watermark_offsets(TopicPartition(*key), timeout=self.cfg.kafka_timeout, cached=False)
-            except KafkaException as exc:
-                self._kafka_error("watermarks", exc)
-                break  # the broker is away: keep the last values, ask again next time
-            if low < 0 or high < 0:
-                continue
-            out[key] = max(high - max(committed, low), 0)
-        return out
-
-    def _update_lag(self) -> dict[Key, int]:
-        self._next_lag = time.monotonic() + self.cfg.lag_interval
-        lags = self._lags()
-        for (topic, partition), lag in lags.items():
-            self.metrics.lag.labels(topic, str(partition)).set(lag)
-        return lags
-
-    def _caught_up(self) -> bool:
-        assignment = self.consumer.assignment()
-        if not self.ever_assigned or not assignment or self.pending:
-            return False
-        lags = self._update_lag()
-        return len(lags) == len(assignment) and all(v == 0 for v in lags.values())
-
-
-def _error_text(exc: Exception) -> str:
-    """KafkaException -> "NAME: description" (confluent-kafka wraps a KafkaError in args[0])."""
-    err = exc.args[0] if exc.args else exc
-    if hasattr(err, "name") and hasattr(err, "str"):
-        return f"{err.name()}: {err.str()}"
-    return str(err)
-
-
-def _offsets(ends: dict[Key, int]) -> str:
-    return ", ".join(f"{t}[{p}]@{o}" for (t, p), o in sorted(ends.items()))
-
-
-def _tps(partitions: list[Any]) -> str:
-    return ", ".join(f"{p.topic}[{p.partition}]" for p in partitions) or "nothing"

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from schemas.wire import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES  # the batch caps, the contract's (numpy-free)
+from schemas.wire import DEFAULT_MAX_ROWS as DEFAULT_MAX_ROWS
+
 SCHEMA_VERSION = 2
 FIRST_COLUMN_FIELD = 32
-DEFAULT_MAX_ROWS = 4096
-DEFAULT_MAX_BYTES = 900_000
 
 #: (column, field number, wire kind) in field-number order, as in schemas/tcpinfo.proto.
 COLUMN_TABLE: tuple[tuple[str, int, str], ...] = (

@@ -26,7 +26,8 @@ Decoding accepts every valid protobuf encoding:
   * decode_batch() is the one-message API: scan + decode, BatchDecodeError
     with a one-line reason for anything the contract forbids.
   * Header strings have length limits (HEADER_LIMITS, in UTF-8 bytes; at most
-    MAX_CC_NAMES congestion-control names of MAX_CC_NAME_BYTES each): every
+    MAX_CC_NAMES congestion-control names of MAX_CC_NAME_BYTES each; the
+    contract's, schemas/wire.py, which the collector checks at start): every
     scan checks them, so a batch over a limit is refused with its reason
     before ingest looks it up or stores anything (see schemas/tcpinfo.proto).
 
@@ -60,15 +61,9 @@ from schemas.tcpinfo_encode import (
     encode_varint,
 )
 from schemas.tcpinfo_pb2 import TcpInfoBatch
+from schemas.wire import HEADER_LIMITS, MAX_CC_NAME_BYTES, MAX_CC_NAMES
 
 MAX_PREFIX_LEN = 128
-
-#: Header string limits in UTF-8 bytes: host like a DNS name (RFC 1035: 255), POP a short
-#: site code, netns a file name (NAME_MAX 255).  A congestion-control name is at most
-#: TCP_CA_NAME_MAX (16) bytes in Linux; a batch names at most MAX_CC_NAMES of them.
-HEADER_LIMITS: dict[str, int] = {"host": 255, "pop": 64, "netns": 255}
-MAX_CC_NAME_BYTES = 16
-MAX_CC_NAMES = 256
 
 __all__ = [
     "HEADER_LIMITS",

@@ -3,9 +3,9 @@
 `ConfigConsumer` reads the compacted config topic from the beginning of every
 partition without a consumer group commit and keeps only messages keyed by this
 agent's POP: `<pop>` (POP-wide configs) and `<pop>/canary` (canary waves that
-target some hosts, see docs/rollout.md).  It hands back the latest config of
-each key (later messages win; during the initial catch-up only the latest per
-key), oldest version first, so the agent applies a POP-wide config and then
+target some hosts, see docs/rollout.md; the keys are the contract's, schemas/wire.py).
+It hands back the latest config of each key (later messages win; during the initial
+catch-up only the latest per key), oldest version first, so the agent applies a POP-wide config and then
 decides whether a newer canary wave targets it.  `StatusProducer` writes
 ApplyStatus messages keyed by host.  Undecodable messages are counted and
 skipped.  Both take `options`, librdkafka's TLS / SASL settings
@@ -27,6 +27,7 @@ from google.protobuf.message import DecodeError
 from dyncc_common.kafka_log import KafkaLog
 from dyncc_common.kafka_security import probe
 from schemas.congestion_pb2 import ApplyStatus, CongestionConfig
+from schemas.wire import config_key, config_keys
 
 log = logging.getLogger("dyncc.agent.kafka")
 
@@ -45,8 +46,8 @@ class ConfigConsumer:
     ) -> None:
         self.brokers = brokers
         self.topic = topic
-        self.key = pop.encode()
-        self.keys = {self.key, f"{pop}/canary".encode()}
+        self.keys = {key.encode() for key in config_keys(pop)}  # the contract's: <pop>, <pop>/canary
+        self.key = config_key(pop, canary=False).encode()
         self._on_error = on_error or (lambda _msg: None)
         self._on_malformed = on_malformed or (lambda: None)
         self.kafka_log = KafkaLog(log)

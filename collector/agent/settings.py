@@ -31,6 +31,7 @@ from dyncc_common.settings import (
     setting,
 )
 from schemas.prefix_rules import parse_ranges
+from schemas.wire import CONFIG_TOPIC, STATUS_TOPIC
 
 __all__ = ["ENFORCE_MODES", "RESERVED_PROTOS", "AgentSettings"]
 
@@ -90,8 +91,8 @@ class AgentSettings(Settings):
     )
     netns: str | None = setting(None, STR, "network namespace to manage", default_text="this one")
     host: str = setting(None, STR, "host name in statuses", default_text="hostname", validator=_not_blank)
-    config_topic: str = setting("dyncc-configs", STR, "compacted config topic (key = POP)")
-    status_topic: str = setting("dyncc-apply-status", STR, "ApplyStatus topic (key = host)")
+    config_topic: str = setting(CONFIG_TOPIC, STR, "compacted config topic (key = POP)")
+    status_topic: str = setting(STATUS_TOPIC, STR, "ApplyStatus topic (key = host)")
     reconcile_every: float = setting("60s", DURATION, "periodic reconcile interval", validator=_positive)
     proto: int = setting(250, INT, "routing protocol number tagging owned routes", validator=_route_proto)
     state_dir: Path | None = setting(None, PATH, "applied version and config", default_text="/var/lib/dyncc/agent-POP")

@@ -41,6 +41,12 @@ from dyncc_common.settings import (
     reuse,
     setting,
 )
+from schemas.wire import (  # the contract's caps and limits (numpy-free): ingest refuses longer headers
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_ROWS,
+    HEADER_LIMITS,
+    TELEMETRY_TOPIC,
+)
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -51,12 +57,6 @@ __all__ = [
     "CollectSettings",
     "parse_states",
 ]
-
-#: = schemas.tcpinfo_columns.DEFAULT_MAX_ROWS / DEFAULT_MAX_BYTES (a test keeps them equal)
-DEFAULT_MAX_ROWS = 4096
-DEFAULT_MAX_BYTES = 900_000
-#: = schemas.tcpinfo_decode.HEADER_LIMITS (a test keeps them equal): ingest refuses longer header strings
-HEADER_LIMITS = {"host": 255, "pop": 64, "netns": 255}
 
 SINKS = ("kafka", "file", "stdout")
 #: --export-addresses: the remote address as dumped, or its client prefix (host bits zeroed)
@@ -117,7 +117,7 @@ class CollectSettings(Settings):
     once: bool = setting(False, BOOL, "one poll, flush the sink, exit")
     sink: str = setting("kafka", STR, "kafka, file or stdout (JSON lines)", choices=SINKS)
     brokers: str = setting("127.0.0.1:9092", STR, "Kafka bootstrap servers")
-    topic: str = setting("tcpinfo", STR, "Kafka topic (what dyncc ingest reads)")
+    topic: str = setting(TELEMETRY_TOPIC, STR, "Kafka topic (what dyncc ingest reads)")
     queue_max_bytes: int = setting("64MiB", SIZE, "bound of the in-memory send queue")
     linger_ms: int = setting("50ms", DURATION, "Kafka linger", flag="--linger", convert=_linger_ms)
     flush_timeout: float = setting("30s", DURATION, "how long to wait for delivery at exit")

@@ -36,6 +36,7 @@ from dyncc_common.settings import (
     reuse,
     setting,
 )
+from schemas.wire import HEADER_LIMITS, TELEMETRY_TOPIC
 
 __all__ = ["AccessLogSettings", "IngestSettings"]
 
@@ -50,7 +51,7 @@ class IngestSettings(Settings):
         None, STR, "Kafka bootstrap servers, host:port[,host:port]", metavar="BROKERS", validator=check_brokers
     )
     clickhouse: str = setting(None, STR, STORE_URL_HELP, metavar="URL", validator=check_store_url, required=True)
-    topic: str = setting("tcpinfo", STR, "Kafka topic")  # checked with --kafka only (__post_init__)
+    topic: str = setting(TELEMETRY_TOPIC, STR, "Kafka topic")  # checked with --kafka only (__post_init__)
     group: str = setting("dyncc-ingest", STR, "Kafka consumer group")
     from_file: tuple[str, ...] = setting(
         (), STR, "replay a length-delimited batch file (collector --sink file) instead of Kafka; repeatable",
@@ -124,8 +125,8 @@ class IngestSettings(Settings):
 
 #: the smallest --chunk-bytes: two of the longest lines access_log.py accepts (64 KiB each)
 MIN_ACCESS_CHUNK_BYTES = 128 << 10
-#: the longest --host, in UTF-8 bytes (a DNS name; the collector's limit too)
-MAX_HOST_BYTES = 255
+#: the longest --host, in UTF-8 bytes (a DNS name; the batch header's limit, schemas/wire.py)
+MAX_HOST_BYTES = HEADER_LIMITS["host"]
 
 
 def _host_name(value: str, what: str) -> str:

@@ -33,6 +33,7 @@ from dyncc_common.settings import (
     part,
     setting,
 )
+from schemas.wire import CONFIG_TOPIC, STATUS_TOPIC
 
 __all__ = [
     "KeygenSettings",
@@ -131,8 +132,8 @@ class RolloutSettings(Settings):
         None, PATH, "Ed25519 private key that signs configs ('dyncc control keygen')", section=PUBLISHING,
         flag="--key", dest="private_key", metavar="PRIVATE_PEM",
     )  # fmt: skip
-    config_topic: str = setting("dyncc-configs", STR, "compacted config topic (key = POP)", section=PUBLISHING)
-    status_topic: str = setting("dyncc-apply-status", STR, "ApplyStatus topic (key = host)", section=PUBLISHING)
+    config_topic: str = setting(CONFIG_TOPIC, STR, "compacted config topic (key = POP)", section=PUBLISHING)
+    status_topic: str = setting(STATUS_TOPIC, STR, "ApplyStatus topic (key = host)", section=PUBLISHING)
     status_group: str = setting("dyncc-controller", STR, "consumer group for statuses", section=PUBLISHING)
     kafka_security: KafkaSecurity = part(KafkaSecurity)  # TLS / SASL of --kafka
 

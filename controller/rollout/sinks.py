@@ -1,6 +1,7 @@
 """Where signed configs go: a compacted Kafka topic, or one file per POP and key.
 
-Keys (see docs/rollout.md and controller/rollout/publish.py):
+Keys (the contract's, schemas/wire.py `config_key`; see docs/rollout.md and
+controller/rollout/publish.py):
     "<pop>"         POP-wide configs (target_hosts empty)
     "<pop>/canary"  canary waves (target_hosts = the canary hosts)
 
@@ -25,19 +26,16 @@ from dyncc_common.files import atomic_write
 from dyncc_common.kafka_log import KafkaLog
 from dyncc_common.kafka_security import KafkaSecurityError, probe
 from schemas.congestion_pb2 import CongestionConfig
+from schemas.wire import CANARY_SUFFIX
+from schemas.wire import config_key as config_key  # the contract's key, published under by the engine
 
 log = logging.getLogger("dyncc.publish")
 
-CANARY_SUFFIX = "/canary"
-_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(/canary)?$")
+_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(" + re.escape(CANARY_SUFFIX) + r")?$")
 
 
 class PublishError(DynccError):
     """A config could not be published; str() is one line."""
-
-
-def config_key(pop: str, canary: bool) -> str:
-    return pop + CANARY_SUFFIX if canary else pop
 
 
 class ConfigSink(Protocol):

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from controller.control.loop import Controller, Metrics
+from controller.store.decisions import SKIP
 from dyncc_common.errors import ConfigError
 from dyncc_common.kafka_security import KAFKA_SECURITY_KEYS
 from dyncc_common.runtime import StopFlag, setup_logging, start_metrics
@@ -125,7 +126,7 @@ def next_boundary(now: dt.datetime, every: float, delay: float) -> dt.datetime:
 
 
 def _print_decisions(result: RoundResult) -> None:
-    shown = result.decisions[result.decisions["decision"] != "skip"]
+    shown = result.decisions[result.decisions["decision"] != SKIP]
     for row in shown.to_dict("records"):
         print(f"{row['pop']}\t{row['prefix']}\t{row['decision']}\t{row['reason']}")
 

@@ -18,6 +18,7 @@ from controller.scoring.decide import PopSummary
 from controller.scoring.round import RoundResult, run_round
 from controller.scoring.state import StateMemo
 from controller.store import Store, StoreError
+from controller.store.decisions import KEEP, REVERT
 from controller.store.outcomes import KILLED, NOT_PUBLISHED, PUBLISH_FAILED, PublishOutcome, write_outcomes
 
 if TYPE_CHECKING:
@@ -81,8 +82,8 @@ class Metrics:
             self.new_total.labels(s.pop).inc(s.new)
             self.reverted_total.labels(s.pop).inc(s.reverted)
             self.trials.labels(s.pop).set(s.trials)
-            self.trial_ends.labels(s.pop, "keep").inc(s.kept_by_trial)
-            self.trial_ends.labels(s.pop, "revert").inc(s.reverted_by_trial)
+            self.trial_ends.labels(s.pop, KEEP).inc(s.kept_by_trial)
+            self.trial_ends.labels(s.pop, REVERT).inc(s.reverted_by_trial)
 
 
 def round_line(result: RoundResult, dry_run: bool) -> str:

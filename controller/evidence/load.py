@@ -29,6 +29,7 @@ from controller.evidence.switchback import (
     trial_effect,
     watch_effect,
 )
+from controller.store.decisions import KEEP, ON_BBR_FOR_GOOD
 from controller.store.sql import query
 
 if TYPE_CHECKING:
@@ -189,7 +190,7 @@ class Trial:
     @property
     def in_force(self) -> bool:
         """Kept by this trial and still on BBR (its latest decision is keep)."""
-        return self.outcome == "keep" and self.latest in ("", "keep", "select")
+        return self.outcome == KEEP and self.latest in ("", *ON_BBR_FOR_GOOD)
 
     @property
     def key(self) -> tuple[str, str]:

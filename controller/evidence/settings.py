@@ -12,6 +12,7 @@ from typing import Any
 
 from controller.evidence.model import LEVEL, MIN_BUCKETS, MIN_SAMPLES, PURITY
 from controller.evidence.switchback import GEOMEAN, STATISTICS
+from controller.store.decisions import KEEP, REVERT
 from dyncc_common.errors import ConfigError
 from dyncc_common.settings import BOOL, DURATION, FLOAT, INT, STR, Settings, setting
 
@@ -24,7 +25,7 @@ def _seconds(value: object) -> int:
     return int(value)  # type: ignore[call-overload]
 
 
-AT_LIMIT = ("revert", "keep")
+AT_LIMIT = (REVERT, KEEP)
 
 
 @dataclasses.dataclass(frozen=True)

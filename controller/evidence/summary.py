@@ -15,8 +15,9 @@ from collections.abc import Sequence
 
 from controller.evidence.load import Evidence, Trial
 from controller.evidence.model import Effect, summary_line
+from controller.store.decisions import KEEP, REVERT, TRIAL
 
-KEEP, REVERT, RUNNING = "keep", "revert", "trial"
+RUNNING = TRIAL  # a trial still going on
 
 
 def latest(trials: Sequence[Trial]) -> list[Trial]:

@@ -38,8 +38,9 @@ from dataclasses import dataclass
 
 from controller.evidence.model import BBR, CUBIC, Effect, pct
 from controller.evidence.settings import EvidenceSettings
+from controller.store.decisions import KEEP, REVERT
 
-KEEP, REVERT, GO_ON = "keep", "revert", "go on"
+GO_ON = "go on"  # a verdict's action: KEEP, REVERT (the decision words) or GO_ON
 
 
 def first_arm(pop: str, prefix: str, since: int, pair: int, salt: str) -> str:

@@ -36,6 +36,7 @@ from controller.evidence.settings import EvidenceSettings
 from controller.report import trials as report_trials
 from controller.report.asn import AsnTable, map_prefixes
 from controller.store import Store
+from controller.store.decisions import KEEP
 from controller.store.sql import query, render_time_filter, splice
 
 if TYPE_CHECKING:
@@ -319,7 +320,7 @@ def load_trials(
     trials = report_trials.in_window(every, start, end, bucket)
     shown = {t.key for t in trials}
     kept_before = sum(
-        1 for key, t in report_trials.latest_trials(every).items() if key not in shown and t.outcome == "keep"
+        1 for key, t in report_trials.latest_trials(every).items() if key not in shown and t.outcome == KEEP
     )
     latest: dict[tuple[str, str], str] = {}
     if trials:

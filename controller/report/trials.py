@@ -31,6 +31,7 @@ from controller.evidence.load import Evidence, Trial
 from controller.evidence.model import Effect, pct
 from controller.evidence.settings import EvidenceSettings
 from controller.evidence.trial import short
+from controller.store.decisions import KEEP, ON_BBR_FOR_GOOD, REVERT, TRIAL
 
 __all__ = [
     "ALL",
@@ -59,8 +60,7 @@ ALL_TRIALS = "all trials"
 METRICS = {"delivery": "p10 delivery rate", "goodput": "p10 goodput"}
 WHICH = {IN_FORCE: "prefixes in force", ALL_TRIALS: "all trials"}
 TRIAL_ROWS = 200  # rows of the per-prefix table; the rest are counted
-ON_BBR = ("select", "keep")
-OUTCOME = {"keep": "keep", "revert": "revert", "trial": "running"}
+OUTCOME = {KEEP: "keep", REVERT: "revert", TRIAL: "running"}
 
 
 @dataclass
@@ -88,7 +88,7 @@ class TrialData:
         return [
             t
             for t in evidence_summary.latest(self.trials)
-            if t.outcome == "keep" and self.latest.get(t.key, t.latest or "keep") not in ON_BBR
+            if t.outcome == KEEP and self.latest.get(t.key, t.latest or KEEP) not in ON_BBR_FOR_GOOD
         ]
 
 
@@ -112,7 +112,7 @@ def in_window(trials: Sequence[Trial], start: int, end: int, bucket_seconds: int
     for t in trials:
         if t.since >= end:
             continue
-        last = t.end + bucket_seconds if t.outcome == "trial" else t.end
+        last = t.end + bucket_seconds if t.outcome == TRIAL else t.end
         if last > start:
             out.append(t)
     return sorted(out, key=lambda t: (t.since, t.pop, t.prefix))
@@ -204,7 +204,7 @@ def rows(data: TrialData, limit: int = TRIAL_ROWS) -> list[TrialRow]:
         decision = OUTCOME.get(t.outcome, t.outcome)
         why = t.reason
         latest = data.latest.get(t.key, "")
-        if t.outcome == "keep" and latest and latest not in ON_BBR:
+        if t.outcome == KEEP and latest and latest not in ON_BBR_FOR_GOOD:
             decision = f"keep, then {latest}"
             why = f"{why} (no longer on BBR: its latest decision is {latest})"
         start = dt.datetime.fromtimestamp(t.since, dt.UTC)

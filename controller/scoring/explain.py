@@ -34,6 +34,7 @@ from controller.scoring.round import run_round
 from controller.scoring.round_settings import SettingsUnreadable, deciding_round, recorded_settings
 from controller.scoring.settings import ScoringSettings
 from controller.statistics.source import Window, epoch_seconds
+from controller.store.decisions import KEEP, REVERT, TRIAL
 from controller.store.sql import query
 from dyncc_common.errors import ConfigError
 from schemas.addresses import mapped_to_ipv4
@@ -233,7 +234,7 @@ def trial_lines(
     for t in trials:
         d, g = ev.effect(t), ev.effect(t, "goodput")
         start = dt.datetime.fromtimestamp(t.since, dt.UTC)
-        state = {"keep": "kept", "revert": "reverted", "trial": "running"}.get(t.outcome, t.outcome)
+        state = {KEEP: "kept", REVERT: "reverted", TRIAL: "running"}.get(t.outcome, t.outcome)
         out.append(
             f"  from {start:%Y-%m-%d %H:%M} UTC, {t.rounds} rounds, {state}: p10 delivery rate {d.text()} "
             f"({d.n_a} bbr / {d.n_b} cubic buckets, {d.samples} samples); p10 goodput {g.text()}"

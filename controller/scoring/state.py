@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from controller.scoring.decide import ON_BBR, SKIP, STATE_COLUMNS, TRIAL, empty_state
+from controller.scoring.decide import STATE_COLUMNS, empty_state
 from controller.scoring.frames import by_pop_prefix, columns_of, frame, texts
+from controller.store.decisions import ON_BBR_FOR_GOOD, ON_BBR_INCLUDING_TRIALS, SKIP
 from controller.store.outcomes import IN_FORCE, KILLED, RECORDED
 from controller.store.sql import query, splice, values_list
 
@@ -124,7 +125,7 @@ def load_previous(
     out = frame(columns)
     killed = [p for p, (_, outcome, _) in latest.items() if outcome == KILLED]
     if killed:  # the kill switch removed every route: nothing is on BBR, other state stays
-        off = out["pop"].isin(killed) & out["decision"].isin((*ON_BBR, TRIAL))
+        off = out["pop"].isin(killed) & out["decision"].isin(ON_BBR_INCLUDING_TRIALS)
         out.loc[off, "decision"] = SKIP
         out.loc[off, "selected_since"] = 0
         out.loc[off, "trial_since"] = 0
@@ -148,7 +149,7 @@ def _utc(value: Any) -> dt.datetime:
 
 
 def on_bbr(previous: pd.DataFrame) -> pd.DataFrame:
-    return previous[previous["decision"].isin(ON_BBR)]
+    return previous[previous["decision"].isin(ON_BBR_FOR_GOOD)]
 
 
 def _datetimes(seconds: Any) -> np.ndarray:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from controller.store import Store
+from controller.store.decisions import HOLDOUT, KEEP, REVERT, SELECT, TRIAL
 from dyncc.lab import table as lab_table
 from dyncc.lab import topology as lab_topology
 from dyncc.lab.model import ControlOutcome, LabScoring, PrefixScore
@@ -240,15 +241,15 @@ class Lab:
             round_no,
             time.monotonic() - started,
             opts.round_seconds,
-            decisions["select"] + decisions["keep"],
+            decisions[SELECT] + decisions[KEEP],
             len(topo.prefixes),
-            decisions["holdout"],
+            decisions[HOLDOUT],
             outcome.note,
         )
         for p, s in outcome.scores.items():
-            if s.decision in ("select", "trial") and p not in result.first_selected:
+            if s.decision in (SELECT, TRIAL) and p not in result.first_selected:
                 result.first_selected[p] = round_no
-            if s.decision == "revert" and p not in result.reverted:
+            if s.decision == REVERT and p not in result.reverted:
                 result.reverted[p] = (round_no, s.reason)
         result.rounds.append(RoundRecord(round_no, round_time, header, rows, outcome, new))
         self._print(lab_table.render(header, rows) + "\n")

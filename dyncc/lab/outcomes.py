@@ -18,12 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from controller.store.decisions import HOLDOUT, ON_BBR_INCLUDING_TRIALS, REVERT
 from dyncc.lab.model import ControlOutcome
 
 if TYPE_CHECKING:
     pass
-
-ON_BBR = ("select", "keep", "trial")  # a trial counts as selected from its first round
 
 
 @dataclass(frozen=True)
@@ -83,11 +82,11 @@ def phases(
             ph = out.get(prefix)
             if ph is None:
                 continue
-            if score.decision in ON_BBR and not ph.selected_round:
+            if score.decision in ON_BBR_INCLUDING_TRIALS and not ph.selected_round:  # a trial from its first round
                 ph.selected_round, ph.group = r.round_no, "treated"
-            elif score.decision == "holdout" and not ph.holdout_round and not ph.selected_round:
+            elif score.decision == HOLDOUT and not ph.holdout_round and not ph.selected_round:
                 ph.holdout_round, ph.group = r.round_no, "holdout"
-            elif score.decision == "revert" and ph.selected_round and not ph.reverted_round:
+            elif score.decision == REVERT and ph.selected_round and not ph.reverted_round:
                 ph.reverted_round, ph.reason = r.round_no, score.reason
         for ph in out.values():
             if ph.group != "treated" or ph.promoted_round or ph.reverted_round:

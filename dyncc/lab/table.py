@@ -12,7 +12,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-DECISIONS = ("select", "trial", "keep", "holdout", "revert", "skip")
+from controller.store.decisions import HOLDOUT, KEEP, REVERT, SELECT, SKIP, TRIAL
+
+DECISIONS = (SELECT, TRIAL, KEEP, HOLDOUT, REVERT, SKIP)
 
 
 @dataclass

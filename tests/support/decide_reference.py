@@ -3,29 +3,22 @@ tests/controller/scoring/test_decide_equal.py, which checks that controller/scor
 decides exactly the same on random data.  Frozen but for one rule change: a prefix on BBR is no
 longer reverted on a point ratio against its baseline (reverts by effect come from trials,
 controller/evidence), and the trial columns are there (no trials: 0 / nan).  Pure pandas, no I/O.
+It never runs trials, pins or the watch: tests/support/decide_oracle.py covers those.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from controller.scoring.decide import (
-    EXPIRE_SECONDS_DEFAULT,
-    HOLDOUT,
-    KEEP,
-    ON_BBR,
-    REVERT,
-    SELECT,
-    SKIP,
-    STATE_COLUMNS,
-    empty_state,
-    holdout_hash,
-)
+from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT, STATE_COLUMNS, empty_state
 from controller.scoring.settings import ScoringSettings
+from controller.store.decisions import HOLDOUT, KEEP, REVERT, SELECT, SKIP
+from controller.store.decisions import ON_BBR_FOR_GOOD as ON_BBR
 from schemas.addresses import prefix_family
 
 if TYPE_CHECKING:
@@ -47,6 +40,12 @@ SCORE_COLUMNS: dict[str, str] = {
     "median_min_rtt_ms": "float64",
     "low_rtt_buckets": "int64",
 }
+
+
+def holdout_hash(pop: str, prefix: str, salt: str) -> float:
+    """The control group's stable hash, written here again (not decide's own)."""
+    digest = hashlib.blake2b(f"{salt}|{pop}|{prefix}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64
 
 
 def normalize_scores(df: pd.DataFrame | None) -> pd.DataFrame:

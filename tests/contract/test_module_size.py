@@ -18,8 +18,6 @@ MAX_FUNCTION_LINES = 100
 #: "path" (a module over MAX_MODULE_LINES) or "path:function" (a function over MAX_FUNCTION_LINES) -> why
 ALLOWED: dict[str, str] = {
     "controller/ingest/writer.py": "being split into the store's one write (issue 36 item 1, another change)",
-    "controller/scoring/decide.py": "decide() is being split into named stages (issue 36 item 2, another change)",
-    "controller/scoring/decide.py:decide": "ten stages in one scope, being split (issue 36 item 2, another change)",
 }
 
 

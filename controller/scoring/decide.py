@@ -39,8 +39,8 @@ population check, never decided on.  Times are epoch seconds; 0 means "not set".
 (controller/rollout/validate.py `prefix_problem`: deny list, built-in ranges,
 length, canonical form) or None.  A refused prefix is never a candidate nor a
 holdout; it is skipped with the reason "denied: ...", and reverted (no cooldown)
-when it was on BBR, so it never reaches a config.  Only candidates and prefixes
-carrying state are asked.  A denied prefix pinned to BBR is not pinned (the deny list wins:
+when it was on BBR or in a trial, so it never reaches a config.  Only candidates, prefixes
+that were on BBR, in a trial or a holdout, and pinned prefixes are asked.  A denied prefix pinned to BBR is not pinned (the deny list wins:
 validation would refuse the POP's config); a cubic pin of it holds.
 
 The cap `max_per_pop` (--max-bbr-per-pop) holds in the round it is given, also when lowered

@@ -40,8 +40,9 @@ population check, never decided on.  Times are epoch seconds; 0 means "not set".
 length, canonical form) or None.  A refused prefix is never a candidate nor a
 holdout; it is skipped with the reason "denied: ...", and reverted (no cooldown)
 when it was on BBR or in a trial, so it never reaches a config.  Only candidates, prefixes
-that were on BBR, in a trial or a holdout, and pinned prefixes are asked.  A denied prefix pinned to BBR is not pinned (the deny list wins:
-validation would refuse the POP's config); a cubic pin of it holds.
+that were on BBR, in a trial or a holdout, and pinned prefixes are asked.  A denied prefix
+pinned to BBR is not pinned (the deny list wins: validation would refuse the POP's config);
+a cubic pin of it holds.
 
 The cap `max_per_pop` (--max-bbr-per-pop) holds in the round it is given, also when lowered
 below what is on BBR: the POP shrinks to the cap that round.  Pinned BBR prefixes count against

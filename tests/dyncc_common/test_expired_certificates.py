@@ -128,7 +128,8 @@ def test_ingest_says_the_broker_certificate_expired(expired: tuple[Path, int], c
     assert proc.returncode == 2, proc.stderr[-2000:]
     day = (NOW - dt.timedelta(days=1)).strftime("%Y-%m-%d")
     assert f"TLS handshake failed: the broker's certificate (localhost:{port}) expired on {day}" in last, last
-    assert "ssl.ca.location" in last  # librdkafka's own words follow, trimmed
+    # librdkafka's own words follow, trimmed (which ones depends on where its handshake stopped)
+    assert "ssl.ca.location" in last or "certificate verify failed" in last, last
 
 
 def test_a_valid_certificate_is_not_called_out_of_date(valid: tuple[Path, int]) -> None:

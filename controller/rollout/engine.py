@@ -17,9 +17,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 
 from controller.rollout import records as rs
+from controller.rollout.engine_config import RolloutConfig, StepCounters
 from controller.rollout.generate import (
     ConfigDiff,
     build_config,
@@ -28,7 +28,6 @@ from controller.rollout.generate import (
     generate,
     kill_switch_config,
 )
-from controller.rollout.settings import RolloutSettings
 from controller.rollout.signing import Signer
 from controller.rollout.sinks import ConfigSink, PublishError, config_key
 from controller.rollout.state import (
@@ -36,7 +35,6 @@ from controller.rollout.state import (
     IDLE,
     KILLED,
     REST,
-    GateThresholds,
     HostReport,
     RolloutState,
     WindowStats,
@@ -45,9 +43,9 @@ from controller.rollout.state import (
     choose_canary,
     judge_p10,
     known_hosts,
-    seconds_to_ns,
     soak_remaining_ns,
 )
+from controller.rollout.toggles import Toggles, TrialToggles
 from controller.rollout.validate import ValidationPolicy, validate
 from controller.scoring.desired import DesiredState
 from controller.store import Store
@@ -55,50 +53,6 @@ from controller.store.outcomes import PUBLISH_FAILED, PUBLISHED, REJECTED
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 
 log = logging.getLogger("dyncc.rollout")
-
-TOGGLE_HISTORY = 32  # config versions looked at for a trial prefix's earlier POP-wide publish
-
-
-@dataclass
-class RolloutConfig:
-    """What the engine takes: the staged-rollout part of RolloutSettings, durations in ns
-    (defaults: the table's; `staging` is the table's auto|on|off already decided)."""
-
-    thresholds: GateThresholds = field(default_factory=GateThresholds)
-    canary_fraction: float = RolloutSettings.canary_fraction
-    canary_hosts: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    inventory: Mapping[str, Sequence[str]] = field(default_factory=dict)
-    host_expiry_ns: int = seconds_to_ns(RolloutSettings.host_expiry)
-    holddown_ns: int = seconds_to_ns(RolloutSettings.holddown)
-    republish_after_ns: int = seconds_to_ns(RolloutSettings.republish_after)
-    staging: bool = True
-    lock: bool = RolloutSettings.lock_cc
-
-    @classmethod
-    def from_settings(cls, settings: RolloutSettings) -> RolloutConfig:
-        """Reads --inventory when given (ConfigError)."""
-        hosts, canary = settings.host_lists()
-        return cls(
-            thresholds=GateThresholds.from_settings(settings),
-            canary_fraction=settings.canary_fraction,
-            canary_hosts=canary,
-            inventory=hosts,
-            host_expiry_ns=seconds_to_ns(settings.host_expiry),
-            holddown_ns=seconds_to_ns(settings.holddown),
-            republish_after_ns=seconds_to_ns(settings.republish_after),
-            staging=settings.staging == "on" or (settings.staging == "auto" and bool(settings.kafka)),
-            lock=settings.lock_cc,
-        )
-
-
-@dataclass
-class StepCounters:
-    published: dict[str, int] = field(default_factory=dict)  # kind -> count
-    rejected: int = 0
-    rollbacks: int = 0
-
-    def count(self, kind: str) -> None:
-        self.published[kind] = self.published.get(kind, 0) + 1
 
 
 class RolloutEngine:
@@ -118,6 +72,7 @@ class RolloutEngine:
         self.config = config
         self.clock = clock
         self.counters = StepCounters()
+        self.toggles = TrialToggles(store, lock=config.lock)
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -197,8 +152,8 @@ class RolloutEngine:
         latest = self._reports(pop, now)
         if state.phase in (CANARY, REST):
             state = self._advance(state, latest, now)
-            if state.phase != IDLE:
-                return state
+            if state.phase in (CANARY, REST):  # toggles never wait for a wave
+                return self._toggle_in_wave(state, desired, latest, now) if desired is not None else state
         if desired is None:
             return state
         return self._start(state, desired, latest, now)
@@ -233,21 +188,25 @@ class RolloutEngine:
             )
             return state
         hosts = self._hosts(pop, latest)
-        toggle = bool(self.config.staging and hosts) and self._trial_toggle(pop, desired, diff)
+        toggle = bool(self.config.staging and hosts) and self.toggles.only_toggles(pop, desired, diff)
         if self.config.staging and hosts and not toggle:
             # a change that mixes trial toggles with prefixes a canary must see: the toggles go
-            # POP-wide now, the rest waits for the next round (so toggles never wait for a wave)
-            split = self._toggles_only(pop, desired, stable, diff, last + 1, now)
-            if split is not None:
-                config, diff, toggle = split, diff_entries(stable, split.entries), True
-                fp = fingerprint(config.entries)
+            # POP-wide first, then the rest starts its canary in the same round (neither waits)
+            found = self.toggles.find(pop, desired, stable, now=now)
+            if found:
+                split = self._publish_toggles(state, found, stable, last, latest, now, desired.round_id)
+                if split is None:
+                    return state
+                state, stable, last = split, found.applied(stable), last + 1
+                config = generate(desired, last + 1, created_at_ns=now, lock=self.config.lock)
+                diff, fp = diff_entries(stable, config.entries), fingerprint(config.entries)
         reasons = validate(
             config,
             previous=stable,
             last_version=last,
             available=available_algorithms(latest),
             policy=self.policy,
-            toggles=self._toggled(pop, desired, diff),
+            toggles=self.toggles.toggled(pop, desired, diff),
         )
         if reasons:
             self._reject(config, "candidate", diff, reasons)
@@ -344,61 +303,103 @@ class RolloutEngine:
         reason = f"stable v{stable_version} re-signed with key {config.key_id} ({why})"
         return self._save_full(state, config, fp, config.created_at_ns, reason)
 
-    def _toggles_only(
-        self, pop: str, desired: DesiredState, stable: list[PrefixEntry], diff: ConfigDiff, version: int, now: int
-    ) -> CongestionConfig | None:
-        """The stable config with only the change's validated trial toggles applied (removals of
-        trial prefixes, and additions of trial prefixes already on BBR POP-wide in their trial),
-        or None when there are none."""
-        trials = desired.trial_prefixes
-        if not trials:
+    def _publish_toggles(
+        self,
+        state: RolloutState,
+        found: Toggles,
+        base: list[PrefixEntry],
+        last: int,
+        latest: Mapping[str, HostReport],
+        now: int,
+        round_id: str,
+    ) -> RolloutState | None:
+        """Publish `base` with the toggles applied POP-wide as the next version, the stable config
+        (None: validation refused it, recorded)."""
+        config = build_config(state.pop, last + 1, found.applied(base), created_at_ns=now, round_id=round_id)
+        diff = diff_entries(base, config.entries)
+        reasons = validate(
+            config, previous=base, last_version=last, available=available_algorithms(latest),
+            policy=self.policy, toggles=found.prefixes,
+        )  # fmt: skip
+        if reasons:
+            self._reject(config, "candidate", diff, reasons)
             return None
-        wanted = {e.prefix: e for e in generate(desired, version, created_at_ns=now, lock=self.config.lock).entries}
-        removed = [p for p in diff.removed if p in trials]
-        on = [p for p in (*diff.added, *diff.changed) if p in trials]
-        validated = self._validated(pop, set(on), trials) if on else set()
-        if not removed and not validated:
-            return None
-        entries = {e.prefix: e for e in stable}
-        for p in removed:
-            entries.pop(p, None)
-        for p in validated:
-            entries[p] = wanted[p]
-        return build_config(pop, version, entries.values(), created_at_ns=now, round_id=desired.round_id)
+        self._publish(config, "full", diff)
+        log.info(
+            "%s: v%d (%s) published to the whole POP (a trial's switchback toggle of prefixes that "
+            "already passed a canary)", state.pop, config.version, diff.summary(),
+        )  # fmt: skip
+        return self._save_full(state, config, fingerprint(config.entries), now, "trial toggles published POP-wide")
 
-    def _toggled(self, pop: str, desired: DesiredState, diff: ConfigDiff) -> frozenset[str]:
-        """The prefixes of `diff` that are switchback toggles (a trial's or a watch's): removals of
-        trial prefixes and additions of those on BBR in a POP-wide config since their trial began."""
-        trials = desired.trial_prefixes
-        if not trials:
-            return frozenset()
-        removed = {p for p in diff.removed if p in trials}
-        on = {p for p in (*diff.added, *diff.changed) if p in trials}
-        return frozenset(removed | (self._validated(pop, on, trials) if on else set()))
+    def wave_base(self, state: RolloutState) -> tuple[list[PrefixEntry], frozenset[str]]:
+        """During a wave: the config in force POP-wide (the stable one in a canary, the candidate in
+        a rest wave) and the prefixes the wave itself changes (left to it)."""
+        stable = self._entries(state.pop, state.stable_version)
+        candidate = self._entries(state.pop, state.candidate_version)
+        if state.phase == CANARY:
+            return stable, frozenset(diff_entries(stable, candidate).prefixes)
+        return candidate, frozenset()
 
-    def _validated(self, pop: str, needed: set[str], trials: Mapping[str, int]) -> set[str]:
-        """Those of `needed` that were on BBR in a POP-wide config since their trial began."""
-        seen: set[str] = set()
-        for version, status, kind, *_, created_ns in rs.config_history(self.store, pop, limit=TOGGLE_HISTORY):
-            if needed <= seen:
-                break
-            if str(status) != PUBLISHED or str(kind) not in ("full", "promote"):
-                continue
-            config = rs.load_published_config(self.store, pop, int(version))
-            for e in config.entries if config is not None else ():
-                if e.prefix in needed and int(created_ns) >= trials[e.prefix]:
-                    seen.add(e.prefix)
-        return seen
+    def wave_holds(self, state: RolloutState, desired: DesiredState) -> bool:
+        """During a wave: whether it holds the round.  Not when the desired state differs from the
+        config in force POP-wide only in the wave's own prefixes and in trial prefixes (their
+        toggles went out; a trial's first ask that waits for a canary of its own is a bucket the
+        evidence does not count, being realized on the other arm): a trial's round then counts.
+        It does when a toggle could not go out or any other change waits for the wave."""
+        base, exclude = self.wave_base(state)
+        wanted = generate(desired, 0, created_at_ns=0, lock=self.config.lock).entries
+        waiting = set(diff_entries(base, wanted).prefixes) - exclude
+        if waiting - set(desired.trial_prefixes):
+            return True
+        return bool(self.toggles.find(state.pop, desired, base, now=self.clock(), exclude=exclude))
 
-    def _trial_toggle(self, pop: str, desired: DesiredState, diff: ConfigDiff) -> bool:
-        """Whether the change only toggles trial prefixes, and each prefix it puts on BBR was on
-        BBR in a POP-wide config (a promotion or a full publish) since its trial began: such a
-        change needs no canary wave of its own (a removal returns to the default)."""
-        trials = desired.trial_prefixes
-        if not diff.total or not set(diff.prefixes) <= set(trials):
-            return False
-        needed = set(diff.added) | set(diff.changed)
-        return needed <= self._validated(pop, needed, trials) if needed else True
+    def _toggle_in_wave(
+        self, state: RolloutState, desired: DesiredState, latest: Mapping[str, HostReport], now: int
+    ) -> RolloutState:
+        """A wave is in flight: publish the desired state's trial toggles now, not after the wave.
+
+        Canary: the stable config with the toggles goes POP-wide (the new stable), and the
+        candidate with the same toggles to the wave's hosts (the new candidate); the prefixes the
+        wave changes are left to it, and the wave's gates still count from its start (a report of
+        a later version is a report of the wave).  Rest wave: the candidate with the toggles goes
+        POP-wide, and is what becomes stable when the wave completes."""
+        pop, canary = state.pop, state.phase == CANARY
+        candidate = self._entries(pop, state.candidate_version)
+        base, exclude = self.wave_base(state)
+        found = self.toggles.find(pop, desired, base, now=now, exclude=exclude)
+        if not found:
+            return state
+        last = rs.last_version(self.store, pop)
+        full = build_config(pop, last + 1, found.applied(base), created_at_ns=now, round_id=desired.round_id)
+        configs = [(full, base, "full")]
+        if canary:
+            wave = build_config(pop, last + 2, found.applied(candidate), created_at_ns=now, round_id=desired.round_id)
+            wave.target_hosts.extend(state.wave_hosts)
+            configs.append((wave, candidate, "canary"))
+        available = available_algorithms(latest)
+        for config, previous, kind in configs:  # both validated before either is published
+            reasons = validate(
+                config, previous=previous, last_version=config.version - 1, available=available,
+                policy=self.policy, toggles=found.prefixes,
+            )  # fmt: skip
+            if reasons:
+                self._reject(config, kind, diff_entries(previous, config.entries), reasons)
+                return state
+        for config, previous, kind in configs:
+            self._publish(config, kind, diff_entries(previous, config.entries), canary=kind == "canary")
+        newest = configs[-1][0]
+        log.info(
+            "%s: %s wave v%d in flight; trial toggles (%d prefixes) published as v%d to the whole POP%s",
+            pop, state.phase, state.wave_version, len(found.prefixes), full.version,
+            f" and as v{newest.version} to the wave's hosts" if canary else "",
+        )  # fmt: skip
+        changes: dict[str, object] = {"candidate_version": newest.version}
+        if canary:
+            changes["stable_version"] = full.version
+        return self._save(
+            state, event="toggle", candidate_fingerprint=fingerprint(newest.entries),
+            reason=f"trial toggles of {len(found.prefixes)} prefixes during the {state.phase} wave", **changes,
+        )  # fmt: skip
 
     def _advance(self, state: RolloutState, latest: Mapping[str, HostReport], now: int) -> RolloutState:
         th = self.config.thresholds
@@ -430,7 +431,8 @@ class RolloutEngine:
                 state,
                 phase=IDLE,
                 event="complete",
-                stable_version=state.wave_version,
+                # the promoted config, or the later one a toggle published during the wave
+                stable_version=max(state.wave_version, state.candidate_version),
                 reason=f"complete on {len(check.succeeded)} hosts{note}",
             )
         remaining = soak_remaining_ns(check, now, th)

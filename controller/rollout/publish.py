@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from controller.rollout import records as rs
-from controller.rollout.engine import RolloutConfig, RolloutEngine, StepCounters
+from controller.rollout.engine import RolloutEngine
+from controller.rollout.engine_config import RolloutConfig, StepCounters
 from controller.rollout.generate import fingerprint, generate
 from controller.rollout.signing import Signer
 from controller.rollout.sinks import ConfigSink, DirConfigSink, KafkaConfigSink, PublishError
@@ -214,6 +215,9 @@ def _outcome(engine: RolloutEngine, desired: DesiredState, state: RolloutState, 
         return PublishOutcome(desired.pop, KILLED, state.stable_version, "kill switch engaged")
     if state.phase != IDLE:
         why = f"rollout of v{state.candidate_version} in flight ({state.phase})"
+        if desired.trial_prefixes and not engine.wave_holds(state, desired):
+            # the trials' toggles are in force: they do not wait for the wave
+            return PublishOutcome(desired.pop, UNCHANGED, state.stable_version, f"{why}; trial toggles in force")
         return PublishOutcome(desired.pop, HELD, state.stable_version, why)
     fp = fingerprint(generate(desired, 0, created_at_ns=0, lock=engine.config.lock).entries)
     if fp == state.failed_fingerprint and since_ns - state.failed_at_ns < engine.config.holddown_ns:

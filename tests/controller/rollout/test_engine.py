@@ -111,6 +111,13 @@ def _fp(prefixes: list[str]) -> str:
     return fingerprint([PrefixEntry(prefix=p, algorithm="bbr") for p in prefixes])
 
 
+def _round_status(env: Env, prefixes: list[str], trial_prefixes: dict[str, int]) -> tuple[str, str]:
+    state = desired("lax", prefixes)
+    state.trial_prefixes = trial_prefixes
+    outcome = publish_round(env.publisher, [state])["lax"]
+    return outcome.status, outcome.reason.split("; ")[-1]
+
+
 def _start_canary(env: Env) -> None:
     """v1 = D1 to the whole POP (no host known yet), every host applies it; then D2 goes to the canary."""
     env.round(D1)
@@ -327,12 +334,48 @@ def test_trial_toggles_of_canaried_prefixes_skip_the_canary_wave(env: Env) -> No
     got = env.configs()
     assert [(k, c.version, list(c.target_hosts)) for k, c in got] == [("lax", 1, []), ("lax", 2, []), ("lax", 3, [])]
 
-    # toggles mixed with new prefixes: the toggles go POP-wide now, the new prefixes next round
+    # toggles mixed with new prefixes: the toggles go POP-wide, and the new prefixes (not on BBR
+    # POP-wide in their trial) start their canary in the same round (before, they waited a round,
+    # and with a toggle every round for ever)
     later = time.time_ns()
-    mixed = toggle(D1[1:] + ADDED, {**trials, **{p: later for p in ADDED}})
-    assert (mixed.phase, mixed.event, mixed.stable_version) == ("idle", "full", 4)
-    assert set(_entries(env.configs()[-1][1])) == set(D1[1:])
-    env.report(*(status(h, 4, 4) for h in HOSTS))
-    # a trial prefix not yet on BBR POP-wide in its trial: the canary first
-    fresh = toggle(D1[1:] + ADDED, {**trials, **{p: later for p in ADDED}})
-    assert (fresh.phase, fresh.wave_hosts) == ("canary", ("edge-1",))
+    trials2 = {**trials, **{p: later for p in ADDED}}
+    mixed = toggle(D1[1:] + ADDED, trials2)
+    assert (mixed.phase, mixed.stable_version, mixed.wave_version, mixed.wave_hosts) == ("canary", 4, 5, ("edge-1",))
+    (k4, c4), (k5, c5) = env.configs()[-2:]
+    assert (k4, c4.version, list(c4.target_hosts), set(_entries(c4))) == ("lax", 4, [], set(D1[1:]))
+    assert (k5, c5.version, list(c5.target_hosts), set(_entries(c5))) == (
+        "lax/canary",
+        5,
+        ["edge-1"],
+        set(D1[1:] + ADDED),
+    )
+    env.report(status("edge-1", 5, 5), *(status(h, 4, 4) for h in HOSTS[1:]))
+
+    # a toggle while the canary is in flight goes out at once: POP-wide on the stable config, and
+    # to the canary host on the candidate (the wave keeps its change and its start)
+    during = toggle(D2, trials2)  # D1[0] back on
+    assert (during.phase, during.event, during.wave_version) == ("canary", "toggle", 5)
+    assert (during.stable_version, during.candidate_version) == (6, 7)
+    (k6, c6), (k7, c7) = env.configs()[-2:]
+    assert (k6, c6.version, list(c6.target_hosts), set(_entries(c6))) == ("lax", 6, [], set(D1))
+    assert (k7, c7.version, list(c7.target_hosts), set(_entries(c7))) == ("lax/canary", 7, ["edge-1"], set(D2))
+    env.report(status("edge-1", 7, 7), *(status(h, 6, 6) for h in HOSTS[1:]))
+    # nothing new to toggle: the wave soaks on, and the round counts (its trial asks are not held)
+    assert _round_status(env, D2, trials2) == ("unchanged", "trial toggles in force")
+    assert len(env.configs()) == 7
+    # a round with another change, which waits for the wave, is held
+    held, why = _round_status(env, [*D2, "198.51.100.128/25"], trials2)
+    assert held == "held" and why.startswith("rollout of v7 in flight"), why
+    time.sleep(SOAK_SECONDS)
+    promoted = toggle(D2, trials2)
+    assert (promoted.phase, promoted.wave_version) == ("rest", 8)
+    assert set(_entries(env.configs()[-1][1])) == set(D2)
+
+    # a toggle during the rest wave: the candidate with it goes POP-wide and becomes the stable one
+    rest = toggle(D2[1:], trials2)  # D1[0] off again
+    assert (rest.phase, rest.event, rest.wave_version, rest.candidate_version) == ("rest", "toggle", 8, 9)
+    assert env.configs()[-1][0] == "lax" and set(_entries(env.configs()[-1][1])) == set(D2[1:])
+    env.report(*(status(h, 9, 9) for h in HOSTS))
+    done = toggle(D2[1:], trials2)
+    assert (done.phase, done.event, done.stable_version) == ("idle", "complete", 9)
+    assert len(env.configs()) == 9  # the desired state is in force: nothing more published

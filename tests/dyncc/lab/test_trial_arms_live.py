@@ -10,14 +10,14 @@ trial's counted buckets alternate (>= 2 realized blocks per arm, >= 2 switches).
 
 Slow (about 3 minutes), root only; namespaces dlab-h9..., topics dyncc-lab-h9...-*.
 
-Expected to fail (strict) until issue 34 item 0 holds in the live rollout.  Measured in three runs
-(8 s rounds, 16 rounds): the first realized bucket of every trial was CUBIC (8 of 8 in the last two
-runs: the first BBR ask goes to the canary host only); a trial's toggles are held for the whole
-wave of another prefix's canary (controller/rollout/engine.py `step`: nothing but the wave moves
-while a POP is in CANARY or REST); a new prefix's canary waits behind toggles due every round
-(`_start` publishes the toggles alone, the rest "next round"); configs are in force 1.4-3.7 s
-into the 8 s bucket after their round, so the bucket after a toggle is often mixed or on the old
-arm (8 of 13 asks after the first BBR bucket in the last run); no trial ended within the run."""
+Toggles no longer wait for waves (controller/rollout/toggles.py: published POP-wide, and on a
+canary's candidate, while another prefix's wave is in flight; a new prefix's canary starts in the
+round its toggles go out).  Measured before that (3 runs): 11 trial rounds held after the first BBR
+bucket, 0-1 trials ended; after it: 0 held, 2 of 5 trials ended on 4-5 switches.  Still open, and
+reported as an expected failure when it shows: a config is in force 1.5-5.3 s into the 8 s bucket
+after its round, so the first bucket after a toggle is often mixed or on the old arm (15 asks in
+one run).  The first BBR bucket is the first one on BBR on every host of the POP (one where only
+the canary host had samples reads BBR too)."""
 
 from __future__ import annotations
 
@@ -52,10 +52,6 @@ pytestmark = [
     pytest.mark.netns,
     pytest.mark.kafka,
     pytest.mark.clickhouse,
-    pytest.mark.xfail(
-        strict=True,
-        reason="issue 34 item 0: toggles wait for other prefixes' waves and are realized a bucket late in the lab",
-    ),
 ]
 
 log = logging.getLogger("tests.trial_arms_live")
@@ -100,10 +96,14 @@ def _text(v: object) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _realized(store: Store, purity: float, min_samples: int) -> dict[tuple[str, str, int], str]:
-    """(pop, prefix, bucket) -> 'bbr' / 'cubic' / 'mixed' (every host's qualifying samples)."""
+def _realized(
+    store: Store, purity: float, min_samples: int
+) -> tuple[dict[tuple[str, str, int], str], dict[tuple[str, str, int], int]]:
+    """(pop, prefix, bucket) -> 'bbr' / 'cubic' / 'mixed' (every host's qualifying samples), and
+    -> how many hosts had samples on BBR in it."""
     out: dict[tuple[str, str, int], str] = {}
-    for pop, prefix, ts, n_b, n_c, _hosts in store.query_rows(
+    bbr_hosts: dict[tuple[str, str, int], int] = {}
+    for pop, prefix, ts, n_b, n_c, hosts in store.query_rows(
         REALIZED_SQL, {"bs": ROUND_SECONDS, "min_bytes": ROLLUP_MIN_BYTES}
     ):
         n_b, n_c = int(n_b), int(n_c)
@@ -114,7 +114,8 @@ def _realized(store: Store, purity: float, min_samples: int) -> dict[tuple[str, 
         elif total and n_c >= purity * total and n_c >= min_samples:
             arm = CUBIC
         out[(_text(pop), _text(prefix), int(ts))] = arm
-    return out
+        bbr_hosts[(_text(pop), _text(prefix), int(ts))] = int(hosts)
+    return out, bbr_hosts
 
 
 def _switches(arms: list[str]) -> int:
@@ -176,7 +177,7 @@ def test_trials_alternate_through_the_staged_rollout_over_kafka(clickhouse_db_ur
     reader = asked_arms(store, list(asked), first_round - bs, last_round + bs, bs)
     assert {k: v for k, v in reader.items() if v} == dict(asked)
 
-    realized = _realized(store, cfg.purity, cfg.min_arm_samples)
+    realized, bbr_hosts = _realized(store, cfg.purity, cfg.min_arm_samples)
     trials = stored_trials(store, dt.datetime.fromtimestamp(last_round + 1, dt.UTC))
     assert trials and {(t.pop, t.prefix, t.since) for t in trials} == set(asked), (trials, sorted(asked))
     evidence = Evidence.load(store, cfg, trials, bs, last_round, ROLLUP_MIN_BYTES)
@@ -225,8 +226,16 @@ def test_trials_alternate_through_the_staged_rollout_over_kafka(clickhouse_db_ur
             f"{''.join(r[0] for r in real):<14} counted {''.join(c[0] for c in counted):<10} {t.reason[:90]}"
         )
         report.append(line)
-        # the first bucket realized on BBR POP-wide: the prefix's canary passed and was promoted
-        first_bbr = next((b for b, r in zip(buckets, real, strict=True) if r == BBR), None)
+        # the first bucket realized on BBR on every host of the POP: the prefix's canary passed and
+        # was promoted (a bucket in which only the canary host had samples is realized BBR too)
+        first_bbr = next(
+            (
+                b
+                for b, r in zip(buckets, real, strict=True)
+                if r == BBR and bbr_hosts.get((t.pop, t.prefix, b), 0) >= LAYOUT.hosts_per_pop
+            ),
+            None,
+        )
         if first_bbr is not None:
             # every ask after it is realized in the bucket right after its round: no wave wait
             previous = BBR
@@ -242,6 +251,8 @@ def test_trials_alternate_through_the_staged_rollout_over_kafka(clickhouse_db_ur
                     if not any(k == "full" for _v, k in full):
                         problems.append(f"{at}: toggle to {w} not published POP-wide: {published[(t.pop, b)]}")
                 previous = w
+                if r == "none" and b >= last_round:  # the bucket after the last round: not measured
+                    continue
                 if r != w:
                     late.append(f"{at}: asked {w}, realized {r}")
         real_arms = [r for r in real if r in (BBR, CUBIC)]
@@ -275,4 +286,7 @@ def test_trials_alternate_through_the_staged_rollout_over_kafka(clickhouse_db_ur
     print(text)
     assert ended, text
     assert not problems, "\n".join(problems) + "\n" + text
-    assert not waited and not late, text
+    assert not waited, text
+    if late:  # known: a config is in force 1.5-5 s into the 8 s bucket after its round (docstring)
+        pytest.xfail(f"issue 34 item 0: {len(late)} asks after the first BBR bucket not realized in the bucket "
+                     f"after their round (in force late in an 8 s bucket)\n{text}")  # fmt: skip

@@ -1,7 +1,7 @@
 """The framing of collector files: length-prefixed records, one serialized TcpInfoBatch each.
 
 Written by `dyncc collect --sink file` (collector/telemetry/sinks.py, FileSink), replayed by
-`dyncc ingest --file` (controller/ingest/files.py) and used for the lab's recordings
+`dyncc ingest --from-file` (controller/ingest/files.py) and used for the lab's recordings
 (dyncc/lab/telemetry.py).  A frame is a 4-byte big-endian length and that many bytes.  A length
 above MAX_FRAME (64 MiB, also the bound of `dyncc collect --max-bytes`), a length past the end
 of the data, or fewer than 4 bytes left for a length is damage.

@@ -105,6 +105,7 @@ def options_from_settings(settings: LabSettings) -> LabOptions:
         kafka_security=settings.kafka_security,
         enforce=settings.enforce,
         record=settings.record,
+        references=settings.references,
         **extra,
     )
     check_options(opts)

@@ -3,7 +3,12 @@ accelerated round: alternating paths flip -> telemetry loaded -> access logs loa
 staged publish -> agents -> table; and everything torn down.
 
 Rounds follow wall-clock buckets of `round_seconds` (the scoring bucket), so a round's telemetry
-is exactly one bucket.  The clients first run one to two rounds unpolled (warm-up), so round 1
+is exactly one bucket.  The collectors poll from a thread of their own every `poll_interval`
+(writes queued: TelemetryPipeline.start_writer), so a round that takes seconds of a busy CPU
+does not stop the polls; each round records how many polls its bucket got (a bucket with less
+than STARVED_SHARE of the planned polls is starved, and the summary says so).  The ground-truth
+references (dyncc/lab/truth.py) are pinned before the first round and switched after each
+round's control step.  The clients first run one to two rounds unpolled (warm-up), so round 1
 measures a whole bucket of clients past their start.  At each boundary: alternating paths flip,
 the pipeline confirms every polled batch is in the store, each edge host's new access-log lines
 are loaded, the control step scores the window that just closed and (through the publisher and
@@ -18,6 +23,7 @@ import datetime as dt
 import logging
 import secrets
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from controller.scoring.pins import PIN, write_pin
 from controller.store import Store
 from controller.store.decisions import HOLDOUT, KEEP, REVERT, SELECT, TRIAL
 from dyncc.lab import table as lab_table
@@ -33,10 +40,13 @@ from dyncc.lab.model import ControlOutcome, LabScoring, PrefixScore
 from dyncc.lab.pipeline import EdgeSource, TelemetryPipeline
 from dyncc.lab.services import LabServices
 from dyncc.lab.settings import LabSettings
+from dyncc.lab.truth import PIN_WHO, PIN_WHY, Reference, ReferenceRoutes, pick_references
 from dyncc_common.kafka_security import KafkaSecurity, librdkafka_options
 from dyncc_common.runtime import StopFlag
 
 log = logging.getLogger("dyncc.lab")
+
+STARVED_SHARE = 0.5  # a bucket with fewer polls than this share of the planned ones is starved
 
 __all__ = ["ControlOutcome", "Lab", "LabOptions", "LabResult", "PrefixScore", "RoundControl", "threshold_for"]
 
@@ -56,7 +66,12 @@ class LabOptions:
     kafka_security: KafkaSecurity = field(default_factory=KafkaSecurity)  # TLS / SASL of `kafka`
     enforce: str = LabSettings.enforce  # the edge agents' enforcement: route or bpf (collector.agent.settings)
     record: Path | None = LabSettings.record  # telemetry recording; access logs go beside it
+    references: bool = LabSettings.references  # ground-truth references (dyncc/lab/truth.py)
     run_id: str = field(default_factory=lambda: secrets.token_hex(2))
+
+    def planned_polls(self) -> int:
+        """Polls a bucket gets when the CPU keeps up."""
+        return max(int(self.round_seconds / self.poll_interval), 1)
 
     def planned_rounds(self) -> int:
         if self.rounds:
@@ -94,6 +109,7 @@ class RoundRecord:
     rows: list[lab_table.ClassRow]
     outcome: ControlOutcome
     new_sockets: dict[str, Counter[str]]
+    polls: int = 0  # polls in the round's bucket
 
 
 @dataclass
@@ -108,6 +124,16 @@ class LabResult:
     first_selected: dict[str, int] = field(default_factory=dict)  # prefix -> round first selected
     reverted: dict[str, tuple[int, str]] = field(default_factory=dict)  # prefix -> (round, reason)
     errors: list[str] = field(default_factory=list)
+    references: list[Reference] = field(default_factory=list)  # the ground truth's prefixes
+    reference_schedule: dict[tuple[str, str], dict[int, str]] = field(default_factory=dict)  # bucket -> arm
+    reference_failures: int = 0
+    planned_polls: int = 0  # per bucket
+
+
+def starved_rounds(result: LabResult) -> list[int]:
+    """The rounds whose bucket got fewer than STARVED_SHARE of the planned polls."""
+    floor = STARVED_SHARE * result.planned_polls
+    return [r.round_no for r in result.rounds if r.polls < floor]
 
 
 def class_rows(
@@ -161,6 +187,7 @@ class Lab:
         services = LabServices(topo, self.workdir, self.store, think_time=opts.think_time)
         pipeline: TelemetryPipeline | None = None
         control: RoundControl | None = None
+        references: ReferenceRoutes | None = None
         meta: dict[str, Any] = {}
         try:
             lab_topology.build(topo)
@@ -173,10 +200,18 @@ class Lab:
                 topic=f"dyncc-lab-{opts.run_id}-tcpinfo",
                 record=opts.record,
             )
+            pipeline.start_writer()
             control = self.make_control(self.store, topo, opts)
+            result.references = pick_references(topo, opts.references)
+            result.planned_polls = opts.planned_polls()
+            for ref in result.references:  # the controller leaves them alone: a cubic pin is in no config
+                write_pin(self.store, ref.pop, ref.prefix, PIN, "cubic", PIN_WHO, PIN_WHY)
+            references = ReferenceRoutes(topo, result.references)
             meta = self._meta()
-            self._loop(stop, result, services, pipeline, control)
+            self._loop(stop, result, services, pipeline, control, references)
         finally:
+            if references is not None:
+                result.reference_schedule, result.reference_failures = references.schedule, references.failures
             if stop.is_set():
                 result.stopped_by = stop.signal_name or "stop"
             services.stop_clients()
@@ -227,14 +262,17 @@ class Lab:
         services: LabServices,
         pipeline: TelemetryPipeline,
         control: RoundControl,
+        references: ReferenceRoutes,
+        polls: int,
     ) -> None:
         opts, topo = self.opts, self.topo
         services.shape_round(round_no)
-        new = pipeline.new_sockets.take()
+        new = pipeline.take_new_sockets()
         pipeline.wait_loaded()
         result.requests += services.load_access_logs()
         round_time = dt.datetime.fromtimestamp(boundary, dt.UTC)
         outcome = control.round(round_time, round_no)
+        references.apply(round_no, boundary)
         rows = class_rows(topo, outcome, new)
         decisions = Counter(s.decision for s in outcome.scores.values())
         header = lab_table.RoundHeader(
@@ -251,7 +289,7 @@ class Lab:
                 result.first_selected[p] = round_no
             if s.decision == REVERT and p not in result.reverted:
                 result.reverted[p] = (round_no, s.reason)
-        result.rounds.append(RoundRecord(round_no, round_time, header, rows, outcome, new))
+        result.rounds.append(RoundRecord(round_no, round_time, header, rows, outcome, new, polls))
         self._print(lab_table.render(header, rows) + "\n")
         problems = services.problems()
         if problems:
@@ -264,6 +302,7 @@ class Lab:
         services: LabServices,
         pipeline: TelemetryPipeline,
         control: RoundControl,
+        references: ReferenceRoutes,
     ) -> None:
         opts, topo = self.opts, self.topo
         rs = opts.round_seconds
@@ -275,33 +314,74 @@ class Lab:
         boundary = warm_until + rs
         round_no = 0
         log.info(
-            "lab %s running: %d POPs x %d edge hosts, %d prefixes, %ds rounds%s; warm-up %.0fs, first round in %.0fs",
+            "lab %s running: %d POPs x %d edge hosts, %d prefixes (%d ground-truth references), %ds rounds%s; "
+            "warm-up %.0fs, first round in %.0fs",
             opts.run_id,
             len(topo.pops),
             len(topo.edges) // max(len(topo.pops), 1),
             len(topo.prefixes),
+            len(result.references),
             rs,
             f", {planned} rounds" if planned else "",
             warm_until - time.time(),
             boundary - time.time(),
         )
         stop.wait(max(warm_until - time.time(), 0.0))
+        pipeline.take_new_sockets()
+        polling = PollThread(pipeline, opts.poll_interval)
+        polling.start()
+        try:
+            polls_before = 0
+            while not stop.is_set():
+                polling.check()
+                if time.time() >= boundary:
+                    round_no += 1
+                    polls_now = pipeline.stats.polls
+                    self._round(
+                        round_no, boundary, started, result, services, pipeline, control, references,
+                        polls_now - polls_before,
+                    )  # fmt: skip
+                    polls_before = polls_now
+                    if planned and round_no >= planned:
+                        break
+                    boundary += rs
+                    if time.time() >= boundary:  # a slow round: skip to the next boundary
+                        log.warning("round %d took longer than a bucket; skipping to the next boundary", round_no)
+                        boundary = (int(time.time()) // rs + 1) * rs
+                stop.wait(min(max(boundary - time.time(), 0.0), 0.5))
+        finally:
+            polling.stop()
+
+
+class PollThread:
+    """Polls the pipeline every `interval` seconds from its own thread until stopped; a failed poll
+    is re-raised in the lab's thread by `check()` (the lab stops, as it did when it polled itself)."""
+
+    def __init__(self, pipeline: TelemetryPipeline, interval: float) -> None:
+        self.pipeline = pipeline
+        self.interval = interval
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="lab-poll", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
         next_poll = time.monotonic()
-        pipeline.new_sockets.take()
-        while not stop.is_set():
-            if time.time() >= boundary:
-                round_no += 1
-                self._round(round_no, boundary, started, result, services, pipeline, control)
-                if planned and round_no >= planned:
-                    break
-                boundary += rs
-                if time.time() >= boundary:  # a slow round: skip to the next boundary
-                    log.warning("round %d took longer than a bucket; skipping to the next boundary", round_no)
-                    boundary = (int(time.time()) // rs + 1) * rs
-            now = time.monotonic()
-            if now >= next_poll:
-                pipeline.poll()
-                next_poll = max(next_poll + opts.poll_interval, time.monotonic())
-            wait = min(next_poll - time.monotonic(), boundary - time.time())
-            if wait > 0:
-                stop.wait(wait)
+        while not self._done.is_set():
+            try:
+                self.pipeline.poll()
+            except BaseException as exc:  # handed to the lab's thread
+                self._error = exc
+                return
+            next_poll = max(next_poll + self.interval, time.monotonic())
+            self._done.wait(max(next_poll - time.monotonic(), 0.0))
+
+    def check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(10.0)

@@ -1,19 +1,25 @@
 """The lab's telemetry path: one collector per edge host (its namespace) -> store.
 
 Each edge host has its own `Poller` (the collector's, with the host's name and POP).
-Embedded (default): the batches go straight into `BatchWriter(store).write()`.
+Embedded (default): the batches go into `BatchWriter(store).write()`, synchronously, or, after
+`start_writer()`, from a queue in a writer thread, so a poll never waits for the store (a round's
+queries hold an embedded store for seconds; the lab polls from its own thread meanwhile).
 With Kafka: each host's KafkaSink produces them to one topic (keyed by host) and the
 ingest KafkaLoader (in a thread of this process) loads them, exactly like `dyncc collect`
 and `dyncc ingest` would.  `wait_loaded()` blocks until every batch polled so far
-is in the store (the ingest ledger), so a scoring round never misses a bucket's tail.
+is in the store (the ingest ledger, or the writer's queue drained), so a scoring round never
+misses a bucket's tail.  `poll`, `take_new_sockets` and `wait_loaded` may be called from
+different threads (one lock).
 Each poll also feeds the new-socket tracker and, when recording, the recorder.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +93,9 @@ class TelemetryPipeline:
         self._loader: Any = None
         self._loader_stop = StopFlag()
         self._loader_thread: threading.Thread | None = None
+        self._lock = threading.RLock()
+        self._pending: queue.Queue[list[bytes] | None] = queue.Queue()
+        self._writer_thread: threading.Thread | None = None
         if kafka:
             self._start_kafka(kafka, topic)
 
@@ -103,8 +112,36 @@ class TelemetryPipeline:
         self._loader_thread.start()
         log.info("telemetry via Kafka %s topic %s (collector sinks -> ingest loader)", brokers, topic)
 
+    def start_writer(self) -> None:
+        """Write the embedded path's polls from a thread of their own (no-op with Kafka)."""
+        if self._sinks or self._writer_thread is not None:
+            return
+        self._writer_thread = threading.Thread(target=self._write_pending, name="lab-writer", daemon=True)
+        self._writer_thread.start()
+
+    def _write_pending(self) -> None:
+        while True:
+            batches = self._pending.get()
+            try:
+                if batches is None:
+                    return
+                self.writer.write(batches)
+            except Exception as exc:  # counted; the lab goes on (the summary shows the rows)
+                log.warning("lab telemetry write failed: %s", exc)
+                self.stats.errors.append(str(exc)[:200])
+            finally:
+                self._pending.task_done()
+
+    def take_new_sockets(self) -> dict[str, Counter[str]]:
+        with self._lock:
+            return self.new_sockets.take()
+
     def poll(self) -> None:
         """One poll of every edge host."""
+        with self._lock:
+            self._poll()
+
+    def _poll(self) -> None:
         t0 = time.monotonic()
         polled: list[bytes] = []
         for i, poller in enumerate(self.pollers):
@@ -122,7 +159,9 @@ class TelemetryPipeline:
                 self._sinks[i].service(0)
             else:
                 polled += batches
-        if polled:
+        if polled and self._writer_thread is not None:
+            self._pending.put(polled)
+        elif polled:
             self.writer.write(polled)  # one flush for every host's batches of this poll
         self.stats.polls += 1
         self.stats.poll_seconds += time.monotonic() - t0
@@ -138,13 +177,20 @@ class TelemetryPipeline:
 
     def wait_loaded(self, timeout: float = 10.0) -> bool:
         """Wait until every batch polled so far is in the store; False on timeout."""
-        if not self._sinks:
-            return True  # written synchronously
         deadline = time.monotonic() + timeout
+        if not self._sinks:
+            while self._pending.unfinished_tasks and time.monotonic() < deadline:
+                time.sleep(0.02)
+            if self._pending.unfinished_tasks:
+                left = self._pending.unfinished_tasks
+                log.warning("the lab's writer is behind: %d polls not written after %.0fs", left, timeout)
+                return False
+            return True
         pending = [i for i in range(len(self.edges)) if self.last_sequence[i] >= 0]
         while time.monotonic() < deadline:
-            for sink in self._sinks:
-                sink.service(0.02)
+            with self._lock:
+                for sink in self._sinks:
+                    sink.service(0.02)
             try:
                 pending = [i for i in pending if self.loaded_sequence(i) < self.last_sequence[i]]
             except StoreError as exc:
@@ -156,6 +202,11 @@ class TelemetryPipeline:
         return False
 
     def close(self, meta: dict[str, Any] | None = None) -> None:
+        if self._writer_thread is not None:
+            self.wait_loaded(30.0)
+            self._pending.put(None)
+            self._writer_thread.join(30.0)
+            self._writer_thread = None
         if self._sinks:
             for sink in self._sinks:
                 left = sink.close(10.0)

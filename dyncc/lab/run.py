@@ -29,10 +29,11 @@ from controller.scoring.settings import ROLLUP_MIN_BYTES
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
 from dyncc.lab.control import make_control_factory
-from dyncc.lab.loop import Lab, LabOptions, LabResult
+from dyncc.lab.loop import STARVED_SHARE, Lab, LabOptions, LabResult, starved_rounds
 from dyncc.lab.outcomes import ClassOutcome, RoundView, class_outcomes, phases
 from dyncc.lab.table import bbr_count
 from dyncc.lab.topology import CLASSES
+from dyncc.lab.truth import truth_effects, truth_lines
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_brokers
 from dyncc_common.runtime import StopFlag
@@ -64,12 +65,16 @@ class LabSummary:
     result: LabResult | None = None  # the live run, when there was one
     evidence: list[str] = field(default_factory=list)  # the effect model's headline (as the report's)
     rollbacks: list[str] | None = None  # one line per rollback of a wave (None: the store was not read)
+    truth: list[str] = field(default_factory=list)  # the run's ground truth per class (dyncc/lab/truth.py)
+    polling: str = ""  # polls per bucket against the plan; says when the run was starved
     example_at: str = ""  # the last round's time (ISO, UTC): explain's --at for `example`
     example: tuple[str, str] | None = None  # (POP, prefix) worth an explain: the first trialled
     footer: list[str] = field(default_factory=list)
 
     def summary_text(self) -> str:
         lines = [self.headline]
+        if self.polling:
+            lines.append(self.polling)
         lines.append(
             f"{'class':<12} {'prefixes':>8} {'trialled':>8} {'first':>5} {'kept':>4} {'reverted':>8} "
             f"{'running':>7} {'holdout':>7}  {'p10 delivery rate, BBR vs CUBIC':<44}  p10 goodput"
@@ -88,12 +93,13 @@ class LabSummary:
             lines.append("  ".join(cells).rstrip())
         lines.append(
             "(per class: the prefixes' trials pooled, random effects, 90% interval; (prefixes, buckets bbr/cubic "
-            "per prefix pooled); the lab's classes are its ground truth, production has none)"
+            "per prefix pooled); the truth lines below measure each class in this run; production has none)"
         )
         for pop, prefix, round_no, reason in self.reverted[:6]:
             lines.append(f"reverted {prefix} ({pop}, round {round_no}): {reason}")
         if len(self.reverted) > 6:
             lines.append(f"... and {len(self.reverted) - 6} more reverted")
+        lines += self.truth
         lines += [f"rollout {line}" for line in self.rollout]
         if self.rollbacks is not None:
             lines += self.rollbacks or ["rollbacks: none (no canary or POP-wide wave was rolled back)"]
@@ -120,14 +126,17 @@ def _share(pair: tuple[int, int]) -> str:
 
 
 def live_record(result: LabResult) -> RunRecord:
+    """The run as the summary reads it; the ground-truth references are the lab's, not the
+    controller's: they are left out of the classes."""
     topo = result.topology
+    references = {r.prefix for r in result.references}
     rounds = [RoundView(r.round_no, int(r.round_time.timestamp()), r.outcome) for r in result.rounds]
     bucket = 0
     if len(result.rounds) > 1:
         span = (result.rounds[-1].round_time - result.rounds[0].round_time).total_seconds()
         bucket = int(span) // (len(result.rounds) - 1)
     return RunRecord(
-        topo.classes(),
+        {p: k for p, k in topo.classes().items() if p not in references},
         topo.prefix_pops(),
         {pop: [e.host for e in topo.edges_of(pop)] for pop in topo.pops},
         rounds,
@@ -136,8 +145,8 @@ def live_record(result: LabResult) -> RunRecord:
     )
 
 
-def summarize(result: LabResult, store: Store | None = None) -> LabSummary:
-    """The live run's summary (effects when `store` is given)."""
+def summarize(result: LabResult, store: Store | None = None, opts: LabOptions | None = None) -> LabSummary:
+    """The live run's summary (effects when `store` is given; the ground truth with `opts` too)."""
     topo = result.topology
     headline = (
         f"lab {topo.run_id}: {len(result.rounds)} rounds, {len(topo.pops)} POPs x "
@@ -145,10 +154,49 @@ def summarize(result: LabResult, store: Store | None = None) -> LabSummary:
         f"{result.polls} polls, {result.rows} socket samples, {result.requests} HTTP requests"
         + (f", stopped by {result.stopped_by}" if result.stopped_by else "")
     )
-    summary = summarize_run(live_record(result), headline, store)
+    evidence = opts.scoring.evidence_settings() if opts is not None else EvidenceSettings()
+    summary = summarize_run(live_record(result), headline, store, evidence)
     summary.result = result
+    summary.polling = polling_line(result)
+    if store is not None and opts is not None and opts.references:
+        summary.truth = _truth(store, result, opts, evidence)
     summary.footer.append("namespaces left: " + (" ".join(result.leftover_namespaces) or "none"))
     return summary
+
+
+def polling_line(result: LabResult) -> str:
+    """'polls per bucket: median 29 [22, 30] of 30 planned' and, when a quarter of the buckets or
+    more got under STARVED_SHARE of the plan, that the run was starved."""
+    polls = sorted(r.polls for r in result.rounds)
+    if not polls or not result.planned_polls:
+        return ""
+    median = polls[len(polls) // 2] if len(polls) % 2 else (polls[len(polls) // 2 - 1] + polls[len(polls) // 2]) / 2
+    starved = starved_rounds(result)
+    text = f"polls per bucket: median {median:g} [{polls[0]}, {polls[-1]}] of {result.planned_polls} planned"
+    if len(starved) * 4 >= len(polls):
+        share = f"{STARVED_SHARE * 100:.0f}%"
+        return text + (
+            f"; STARVED: {len(starved)} of {len(polls)} buckets got under {share} of their polls (the CPU is "
+            "short: the trials' verdicts rest on fewer samples than planned)"
+        )
+    return text + (f"; {len(starved)} starved buckets" if starved else "")
+
+
+def _truth(store: Store, result: LabResult, opts: LabOptions, cfg: EvidenceSettings) -> list[str]:
+    """The ground-truth lines (dyncc/lab/truth.py), from the store the run wrote."""
+    if not result.rounds:
+        return []
+    scoring = opts.scoring.scoring_settings(opts.round_seconds)
+    until = int(result.rounds[-1].round_time.timestamp())
+    try:
+        effects = truth_effects(
+            store, cfg, result.references, result.reference_schedule, opts.round_seconds, until,
+            scoring.min_bytes, scoring.include_app_limited,
+        )  # fmt: skip
+    except Exception as exc:  # the summary must not fail the run
+        log.warning("lab summary: ground truth not computed: %s", exc)
+        return [f"ground truth: not computed ({str(exc)[:100]})"]
+    return truth_lines(effects, result.references, result.reference_failures)
 
 
 def summarize_run(
@@ -178,6 +226,8 @@ def summarize_run(
     for view, new in zip(run.rounds, run.new_sockets, strict=True):
         # a round's new sockets met the routes installed at the end of the previous round
         for prefix, counts in new.items():
+            if prefix not in run.classes:  # a ground-truth reference: the lab's routes, not the controller's
+                continue
             hosts = run.hosts.get(run.pops.get(prefix, ""), [])
             any_bbr = any(previous.get(h, {}).get(prefix) == "bbr" for h in hosts)
             (routed if any_bbr else others).update(counts)
@@ -249,29 +299,42 @@ def _rollbacks(store: Store, run: RunRecord) -> list[str] | None:
 
 
 def _waves(run: RunRecord) -> list[str]:
-    """Per POP: each set of bbr prefixes the hosts held, the round its first host held it and the
-    round every host of the POP did (the canary wave, then the POP)."""
+    """Per POP: the bbr prefixes grouped by how they reached the hosts, each group with the round
+    its first hosts held them on bbr and the round every host of the POP did (the canary wave,
+    then the POP); see rollout_waves."""
     lines = []
     for pop, pop_hosts in sorted(run.hosts.items()):
-        seen: dict[str, dict[int, set[str]]] = {}
-        for view in run.rounds:
-            for host in pop_hosts:
-                key = ",".join(sorted(p for p, cc in view.outcome.routes.get(host, {}).items() if cc == "bbr"))
-                seen.setdefault(key, {}).setdefault(view.round_no, set()).add(host)
-        waves = []
-        for key, by_round in seen.items():
-            if not key:
-                continue
-            rounds = sorted(by_round)
-            first, first_hosts = rounds[0], by_round[rounds[0]]
-            everyone = next((r for r in rounds if by_round[r] >= set(pop_hosts)), 0)
-            n = key.count(",") + 1
-            text = f"{n} prefixes: round {first} on {', '.join(sorted(first_hosts))}"
-            if everyone and everyone != first:
-                text += f", round {everyone} on all {len(pop_hosts)} hosts"
-            waves.append(text)
+        rounds = [(view.round_no, view.outcome.routes) for view in run.rounds]
+        waves = rollout_waves(rounds, pop_hosts)
         lines.append(f"{pop}: " + ("; ".join(waves) if waves else "no bbr routes"))
     return lines
+
+
+def rollout_waves(rounds: list[tuple[int, dict[str, dict[str, str]]]], pop_hosts: list[str]) -> list[str]:
+    """Pure: per prefix that any of pop_hosts held on bbr, the first round (and the hosts) it was
+    on bbr and the first round from then on that every host held it; prefixes with the same
+    story are one group ("N prefixes: round R on H, round R2 on all K hosts"). A prefix is judged
+    on its own, so trial toggles of other prefixes never split a wave."""
+    first: dict[str, tuple[int, frozenset[str]]] = {}
+    everyone: dict[str, int] = {}
+    for round_no, routes in rounds:
+        on = {h: {p for p, cc in routes.get(h, {}).items() if cc == "bbr"} for h in pop_hosts}
+        for prefix in sorted(set().union(*on.values())) if on else []:
+            holders = frozenset(h for h in pop_hosts if prefix in on[h])
+            first.setdefault(prefix, (round_no, holders))
+            if prefix not in everyone and holders >= set(pop_hosts):
+                everyone[prefix] = round_no
+    groups: dict[tuple[int, frozenset[str], int], int] = {}
+    for prefix, (round_no, holders) in first.items():
+        key = (round_no, holders, everyone.get(prefix, 0))
+        groups[key] = groups.get(key, 0) + 1
+    waves = []
+    for (round_no, holders, all_round), n in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][2])):
+        text = f"{n} prefixes: round {round_no} on {', '.join(sorted(holders))}"
+        if all_round and all_round != round_no:
+            text += f", round {all_round} on all {len(pop_hosts)} hosts"
+        waves.append(text)
+    return waves
 
 
 def check_options(opts: LabOptions) -> None:
@@ -302,7 +365,7 @@ def run_lab(opts: LabOptions, url: str, workdir: Path, stop: StopFlag, out: Text
     lab = Lab(opts, store, make_control_factory(workdir), workdir, out=out)
     with stop.installed():
         result = lab.run(stop)
-    summary = summarize(result, store)
+    summary = summarize(result, store, opts)
     if opts.enforce == "bpf":
         summary.footer.append(
             "enforce bpf: selected prefixes' connections start on cubic and switch after the config's "

@@ -84,6 +84,11 @@ class LabSettings(Settings):
         "route", STR, "how the edge agents enforce configs: route or bpf (a sock_ops program switching flows "
         "above the config's threshold, docs/enforce.md)", choices=ENFORCE_MODES,
     )  # fmt: skip
+    references: bool = setting(
+        True, BOOL, "measure the run's ground truth: one prefix per (POP, class) pinned away from the controller "
+        "and switched between bbr and cubic by the lab every 2 rounds (docs/lab.md)", flag="",
+        negate_flag="--no-references", negate_help="no ground-truth references: the controller gets every prefix",
+    )  # fmt: skip
     record: Path | None = setting(
         None, PATH, "also record the telemetry (gzip, length-delimited TcpInfoBatch) and the access logs for "
         "`dyncc demo` replays", metavar="PATH",

@@ -349,9 +349,9 @@ def write_asn_file(path: str | os.PathLike[str], prefixes: Sequence[tuple[str, s
 # ------------------------------------------------------------------ I/O
 
 
-def run_cmd(cmd: Sequence[str], *, check: bool = True, timeout: float = 20.0) -> str:
+def run_cmd(cmd: Sequence[str], *, check: bool = True, timeout: float = 20.0, input_text: str | None = None) -> str:
     try:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, input=input_text)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise TopologyError(f"{' '.join(cmd)}: {exc}") from exc
     if check and proc.returncode != 0:

@@ -21,6 +21,7 @@ from dyncc.lab.control import make_control_factory
 from dyncc.lab.loop import Lab, LabOptions
 from dyncc.lab.model import ControlOutcome
 from dyncc.lab.run import open_lab_store, summarize
+from dyncc.lab.truth import parse_routes, reference_arm
 from dyncc_common.runtime import StopFlag
 from tests.support.netns_util import require_root
 
@@ -41,17 +42,22 @@ class Probe:
         self.inner, self.topo = inner, topo
         self.routes: list[dict[str, str]] = []
         self.ss: list[dict[str, str]] = []
+        self.references: list[dict[str, str]] = []  # host -> its proto 251 routes (dyncc/lab/truth.py)
 
     def round(self, round_time: dt.datetime, round_no: int) -> ControlOutcome:
         out = self.inner.round(round_time, round_no)
-        routes, ss = {}, {}
+        routes, ss, refs = {}, {}, {}
         for e in self.topo.edges:
+            refs[e.host] = _sh("ip", "-n", e.ns, "route", "show", "proto", "251") + _sh(
+                "ip", "-n", e.ns, "-6", "route", "show", "proto", "251"
+            )
             routes[e.host] = _sh("ip", "-n", e.ns, "route", "show", "proto", "250") + _sh(
                 "ip", "-n", e.ns, "-6", "route", "show", "proto", "250"
             )
             ss[e.host] = _sh("ip", "netns", "exec", e.ns, "ss", "-tin", "state", "established")
         self.routes.append(routes)
         self.ss.append(ss)
+        self.references.append(refs)
         return out
 
     def close(self) -> None:
@@ -86,8 +92,9 @@ def test_fleet_lab_selects_by_class_and_rolls_out_in_stages(chdb_url: str, tmp_p
     store = open_lab_store(chdb_url)
     lab = Lab(opts, store, factory, tmp_path, out=out)
     result = lab.run(StopFlag())
-    summary = summarize(result, store)
+    summary = summarize(result, store, opts)
     text = out.getvalue() + "\n" + summary.summary_text()
+    print(summary.summary_text())
     topo = lab.topo
 
     # torn down: no namespace of this run, no nginx or relay of it
@@ -108,7 +115,8 @@ def test_fleet_lab_selects_by_class_and_rolls_out_in_stages(chdb_url: str, tmp_p
     # never selected: fine, low-RTT (skipped for its RTT), alternating (flaps)
     for p in on_bbr:
         assert classes[p] in ("lossy", "deep"), (p, classes[p], text)
-    lowrtt = [p.prefix for p in topo.by_class("lowrtt")]
+    references = {r.prefix for r in result.references}  # the lab's, decided `pin` (checked below)
+    lowrtt = [p.prefix for p in topo.by_class("lowrtt") if p.prefix not in references]
     for p in lowrtt:  # skipped for its RTT (in some rounds for too few samples), never a candidate
         reasons = [rec.outcome.scores[p].reason for rec in result.rounds if p in rec.outcome.scores]
         assert any("low RTT" in r for r in reasons), (p, reasons)
@@ -128,6 +136,26 @@ def test_fleet_lab_selects_by_class_and_rolls_out_in_stages(chdb_url: str, tmp_p
     )
     # the summary's effect lines (the effect model's headline) are the report's, figure for figure
     assert any(line.startswith("BBR effect on p10 delivery rate, all trials") for line in summary.evidence), text
+
+    # the ground truth: one reference per (POP, class), pinned (never the controller's), switched by
+    # the lab every 2 rounds on every host (routes of proto 251, read back), judged by the effect model
+    assert len(references) == 2 * len(lab_topology.CLASSES)
+    for r in result.references:
+        assert {rec.outcome.scores[r.prefix].decision for rec in result.rounds if r.prefix in rec.outcome.scores} == {
+            "pin"
+        }
+        assert sorted(set(result.reference_schedule[(r.pop, r.prefix)].values())) == ["bbr", "cubic"]
+    assert result.reference_failures == 0
+    truth = {line.split()[1]: line for line in summary.truth[1:] if line.startswith("  truth ")}
+    assert set(truth) == set(lab_topology.CLASSES), summary.truth
+    lossy_truth = truth["lossy"]
+    assert "n/a" not in lossy_truth and re.search(r"truth lossy +\+\d+% \[", lossy_truth), summary.truth
+    assert summary.polling.startswith("polls per bucket: median "), summary.polling
+    # what the edge hosts held at each round's control step: the previous round's arms
+    for k, held in enumerate(probes[0].references[1:], start=1):
+        for r in result.references:
+            for e in topo.edges_of(r.pop):
+                assert parse_routes(held[e.host]).get(r.prefix) == reference_arm(r, k), (k, r, held[e.host])
 
     # staged: a canary host held a POP's bbr routes a round before the other host of the POP
     assert any("on all 2 hosts" in line for line in summary.rollout), summary.rollout
@@ -149,7 +177,7 @@ def test_fleet_lab_selects_by_class_and_rolls_out_in_stages(chdb_url: str, tmp_p
     for ss in probes[0].ss[-1].values():
         for peer, ccs in _cc_by_peer(ss).items():
             client = next((x for x in topo.prefixes if x.addr == peer), None)
-            if client is not None and client.klass in ("fine", "lowrtt"):
+            if client is not None and client.klass in ("fine", "lowrtt") and client.prefix not in references:
                 assert ccs == {"cubic"}, (peer, ccs)
 
     # access logs: every edge host's requests are in http_requests, with the lab's client prefixes

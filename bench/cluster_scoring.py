@@ -57,7 +57,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cluster_ingest import cpu_seconds
-from bench.scoring import fill, peak_rss_mib, reset_peak_rss, timed_section
+from bench.scoring import fill, peak_rss_mib, reset_peak_rss, state_reads, timed_section
 from controller.scoring.query import window_for
 from controller.scoring.round import RoundResult, run_round
 from controller.scoring.settings import ScoringSettings
@@ -180,6 +180,8 @@ class Run:
     rounds: list[Step]
     rss_mib: float = 0.0  # peak RSS of this process over the rounds
     kept_cache: bool = False  # the cache filled before the first round (--kept-cache)
+    state_read: list[float] = dataclasses.field(default_factory=list)  # the floor: plain reads of the state
+    state_rows: int = 0
 
 
 COPY_CACHE_SQL = """
@@ -270,8 +272,9 @@ def bench_target(
                 step = a_round(store, meter, cfg, now + dt.timedelta(minutes=5 * i), memo)
                 rounds.append(step)
                 print(f"  {target} {size}: round {i} {step.seconds:.2f}s {_phases(step)}", flush=True)
+            reads, read_rows = state_reads(store, runs)
         nodes = [n for n, p in pids.items() if p is not None]
-        return Run(target, size, buckets, nodes, filled, cold, rounds, peak_rss_mib(), kept_cache)
+        return Run(target, size, buckets, nodes, filled, cold, rounds, peak_rss_mib(), kept_cache, reads, read_rows)
     finally:
         if not keep:
             _drop(store)
@@ -329,6 +332,13 @@ def describe(run: Run) -> list[str]:
         f"  client (python) CPU s per 1M prefixes {_median_range(client)}; replica sync {_median_range(settle)}s; "
         f"peak RSS of the controller over the rounds {run.rss_mib:.0f} MiB"
     )
+    if run.state_read:
+        floor = statistics.median(run.state_read)
+        lines.append(
+            f"  plain state read (one row per prefix, into pandas) {_median_range(run.state_read)}s "
+            f"({run.state_rows} rows): round x{statistics.median([r.seconds for r in run.rounds]) / floor:.1f} of it, "
+            f"cold x{run.cold.seconds / floor:.1f}"
+        )
     return lines
 
 

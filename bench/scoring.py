@@ -32,8 +32,10 @@ Printed per round: the wall time and run_round's phases (refresh, score, previou
 per target and size: median [range] of the warm rounds, the cold/warm ratio, the peak RSS of
 this process over the rounds (chDB runs inside it), the load average.  Reference measured in
 the same run: the decision step of the code this one replaced (tests/support/decide_reference.py)
-on the same scores and state.  --lock FILE holds flock(2) on FILE (the benchmark lock that
-flock(1) takes) over the timed part only, not the fill.  Figures and targets: docs/performance.md ("Scoring round").
+on the same scores and state; and the floor: a plain read of one row per prefix of the scoring
+state (STATE_READ_SQL into pandas), each round printed as a multiple of it.  --lock FILE holds
+flock(2) on FILE (the benchmark lock that flock(1) takes) over the timed part only, not the
+fill.  Figures and targets: docs/performance.md ("Scoring round").
 """
 
 from __future__ import annotations
@@ -167,6 +169,25 @@ def peak_rss_mib() -> float:
     return float("nan")
 
 
+# the floor a round is measured against: one row per prefix of the scoring state the rounds keep
+# (sql/migrations/013_scoring_state.sql), the newest generation, read into pandas and nothing else
+STATE_READ_SQL = """
+SELECT pop, prefix, seen, samples, qualifying, counted, bad, counted_mask, bad_mask, low_rtt, sum_stat, sum_low, sum_rtt
+FROM scoring_state
+WHERE generation = (SELECT max(generation) FROM scoring_state)
+"""
+
+
+def state_reads(store: Store, runs: int = 3) -> tuple[list[float], int]:
+    """`runs` plain reads of the state (STATE_READ_SQL) into a DataFrame: (seconds each, rows)."""
+    seconds, rows = [], 0
+    for _ in range(max(runs, 1)):
+        t0 = time.perf_counter()
+        rows = len(store.query_df(STATE_READ_SQL))
+        seconds.append(time.perf_counter() - t0)
+    return seconds, rows
+
+
 def median_range(values: list[float], fmt: str = "{:.2f}") -> str:
     text = fmt.format(statistics.median(values))
     return text + (f" [{fmt.format(min(values))}-{fmt.format(max(values))}]" if len(values) > 1 else "")
@@ -298,7 +319,9 @@ def bench_one(
             t1 = time.perf_counter()
             reference_decide(scores, previous, int(later.timestamp()), cfg)
             t2 = time.perf_counter()
+            reads, read_rows = state_reads(store, runs)
         seconds = [r.seconds for r in warm]
+        floor = statistics.median(reads)
         per_phase = ", ".join(f"{k} {median_range([r.timings.get(k, 0.0) for r in warm])}" for k in PHASES)
         kept_phase = ", ".join(f"{k} {median_range([r.timings.get(k, 0.0) for r in after])}" for k in PHASES)
         kept_prev = statistics.median(r.timings["previous"] for r in after) / statistics.median(
@@ -314,6 +337,9 @@ def bench_one(
             f"cache kept by the loader: keeper tick {median_range(ticks)}s per bucket, round after it "
             f"(the previous state kept in memory) {median_range(kept_s)}s ({kept_phase}; previous x{kept_prev:.2f} "
             f"of the warm rounds'), new controller {fresh:.2f}s = x{fresh / statistics.median(seconds):.1f} warm  "
+            f"plain state read {median_range(reads)}s ({read_rows} rows): "
+            f"warm round x{statistics.median(seconds) / floor:.1f}, "
+            f"round after a kept cache x{statistics.median(kept_s) / floor:.1f} of it  "
             f"peak RSS {rss:.0f} MiB  "
             f"decide x{(t1 - t0) / (t2 - t1):.2f} of the replaced code ({t1 - t0:.2f}s vs {t2 - t1:.2f}s)  "
             f"load {loads[0]:.1f}-{loads[1]:.1f}",

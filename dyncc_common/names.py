@@ -14,7 +14,8 @@ import re
 
 from dyncc_common.errors import ConfigError
 
-POP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+POP_NAME_BODY = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"  # the one definition: validation and config keys use it
+POP_NAME = re.compile(rf"^{POP_NAME_BODY}$")
 TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _SCHEME = re.compile(r"^[A-Za-z_]+://")
 _HOST = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)$")

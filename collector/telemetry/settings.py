@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -24,7 +23,7 @@ from collector.netlink.sockdiag import DEFAULT_STATES
 from collector.netlink.sockdiag import parse_states as netlink_states
 from dyncc_common.errors import ConfigError
 from dyncc_common.kafka_security import KafkaSecurity
-from dyncc_common.names import check_brokers, check_pop
+from dyncc_common.names import TOPIC_NAME, check_brokers, check_pop
 from dyncc_common.runtime import METRICS_ADDRESS
 from dyncc_common.settings import (
     BOOL,
@@ -61,7 +60,6 @@ __all__ = [
 SINKS = ("kafka", "file", "stdout")
 #: --export-addresses: the remote address as dumped, or its client prefix (host bits zeroed)
 EXPORT_ADDRESSES = ("full", "prefix")
-_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 
 
 def parse_states(items: Any) -> list[int]:
@@ -178,7 +176,7 @@ class CollectSettings(Settings):
                 raise ConfigError("--sink kafka needs --brokers host:port[,host:port]")
             check_brokers(brokers, "--brokers")
             object.__setattr__(self, "brokers", brokers)
-            if not _TOPIC.match(self.topic):
+            if not TOPIC_NAME.match(self.topic):
                 raise ConfigError(f"bad topic {self.topic!r}: letters, digits, '.', '_', '-' only")
         if not self.state:
             raise ConfigError("no TCP state selected")

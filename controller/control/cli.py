@@ -204,12 +204,12 @@ def _without(flags: dict[str, object], *keys: str) -> dict[str, object]:
 
 
 def scoring_option_keys() -> set[str]:
-    """The dests of the scoring, decision and trial options (ScoringSettings, EvidenceSettings and
-    --expire): what a round recorded and explain otherwise takes from the round."""
+    """The dests of the scoring, decision and trial options (ScoringSettings, --expire among them,
+    and EvidenceSettings): what a round recorded and explain otherwise takes from the round."""
     from controller.evidence.settings import EvidenceSettings
     from controller.scoring.settings import ScoringSettings
 
-    return {*ScoringSettings.defaults(), *EvidenceSettings.defaults(), "expire"}  # "expire": --expire's dest
+    return {*ScoringSettings.defaults(), *EvidenceSettings.defaults()}
 
 
 def scoring_options_given(flags: dict[str, object], config: str | None) -> bool:
@@ -223,11 +223,7 @@ def scoring_options_given(flags: dict[str, object], config: str | None) -> bool:
         return False
     from_file = ControlSettings.from_sources({}, config)
     default = ControlSettings()
-    return (from_file.scoring, from_file.evidence, from_file.expire_seconds) != (
-        default.scoring,
-        default.evidence,
-        default.expire_seconds,
-    )
+    return (from_file.scoring, from_file.evidence) != (default.scoring, default.evidence)
 
 
 def _with_store(
@@ -262,7 +258,7 @@ def _explain(settings: ControlSettings, pop: str, prefix: str, explicit: bool) -
     refuse = refusal(ValidationPolicy.from_settings(settings.rollout))
     when = settings.round_time()
     ran = dataclasses.replace(settings, pop=pop)
-    command_line = ExplainWith(settings.scoring, settings.evidence, settings.expire_seconds)
+    command_line = ExplainWith(settings.scoring, settings.evidence)
 
     def body(store: Store) -> int:
         used = choose_settings(store, pop, prefix, when, command_line, explicit)
@@ -275,7 +271,6 @@ def _explain(settings: ControlSettings, pop: str, prefix: str, explicit: bool) -
                 when,
                 refuse,
                 used.evidence,
-                expire_seconds=used.expire_seconds,
                 settings_from=used.source,
             )
         )

@@ -151,7 +151,6 @@ class Controller:
                 now or dt.datetime.now(dt.UTC),
                 pop=self.settings.pop,
                 dry_run=self.settings.dry_run,
-                expire_seconds=self.settings.expire_seconds,
                 publishing=self.publisher is not None,
                 refuse=self.refuse,
                 evidence=self.settings.evidence,

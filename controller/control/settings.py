@@ -17,7 +17,7 @@ from typing import ClassVar
 from controller.evidence.settings import EvidenceSettings
 from controller.rollout.settings import RolloutSettings
 from controller.rollout.validate import ValidationPolicy
-from controller.scoring.settings import DECISIONS, ScoringSettings
+from controller.scoring.settings import ScoringSettings
 from controller.store.settings import STORE_URL_HELP, check_store_url
 from dyncc_common.errors import ConfigError
 from dyncc_common.names import check_pop
@@ -125,10 +125,6 @@ class ControlSettings(Settings):
     verbose: bool = reuse(VERBOSE)
     scoring: ScoringSettings = part(ScoringSettings)
     evidence: EvidenceSettings = part(EvidenceSettings)
-    expire_seconds: int = setting(
-        "7d", DURATION, "release prefixes not seen for this long", section=DECISIONS, flag="--expire",
-        convert=_seconds,
-    )  # fmt: skip
     rollout: RolloutSettings = part(RolloutSettings)
     config: str | None = reuse(CONFIG_FILE)
 

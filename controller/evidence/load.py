@@ -6,9 +6,10 @@ concurrent controls (sql/queries/evidence_pop_controls.sql); `asked_arms` the ar
 trial or watch asked for (sql/queries/evidence_asked_arms.sql); `stored_trials` reads every
 trial from `selections` (sql/queries/evidence_trials.sql); `recorded_bucket` the bucket length
 the controller's rounds recorded (round_settings, sql/queries/evidence_round_buckets.sql), which
-the report and the lab's summary judge the trials on.  `Evidence.load` puts them together
-for a window, and its methods give the per-prefix and pooled effects that the controller's
-decisions, the lab summary, the report and `explain` all show (controller/evidence/model.py).
+the report and the lab's summary judge the trials on.  `Evidence.for_window` puts them together
+for a window, on the samples a `SampleRule` counts (the scoring's own rule: `SampleRule.of`); it
+is the one way in: the round, `explain`, the report and the lab call it, and its methods give the
+per-prefix and pooled effects they all show (controller/evidence/model.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import datetime as dt
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.evidence.model import CUBIC, Effect, none, pooled
 from controller.evidence.settings import EvidenceSettings
@@ -223,6 +224,34 @@ def recorded_bucket(store: Store, pop: str, start: dt.datetime, end: dt.datetime
     return int(rows[0][0]) if rows and int(rows[0][0]) > 0 else None
 
 
+class ScoringLike(Protocol):
+    """What SampleRule.of reads of a ScoringSettings (controller/scoring/settings.py, above this package)."""
+
+    @property
+    def bucket_seconds(self) -> int: ...
+    @property
+    def min_bytes(self) -> int: ...
+    @property
+    def include_app_limited(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class SampleRule:
+    """Which samples the effect model counts and in which buckets: the scoring's own rule (bulk
+    flows of `min_bytes` or more, app-limited samples left out unless `include_app_limited`), so
+    a figure is judged on the samples its decisions were."""
+
+    bucket_seconds: int
+    min_bytes: int
+    include_app_limited: bool = False
+
+    @classmethod
+    def of(cls, scoring: ScoringLike, bucket_seconds: int | None = None) -> SampleRule:
+        """The rule of a ScoringSettings; `bucket_seconds` when the rounds recorded another bucket."""
+        bucket = scoring.bucket_seconds if bucket_seconds is None else bucket_seconds
+        return cls(int(bucket), int(scoring.min_bytes), bool(scoring.include_app_limited))
+
+
 @dataclass
 class Evidence:
     """Per-prefix and pooled effects of a set of trials (and watches), from one read of the store.
@@ -248,18 +277,20 @@ class Evidence:
     watch_effects: dict[tuple[str, str], Effect] = field(default_factory=dict)
 
     @classmethod
-    def load(
+    def for_window(
         cls,
         store: Store,
         cfg: EvidenceSettings,
+        rule: SampleRule,
         trials: Sequence[Trial],
-        bucket_seconds: int,
         until: int,
-        min_bytes: int,
-        include_app_limited: bool = False,
+        *,
         with_goodput: bool = True,
         watches: Sequence[Watch] = (),
     ) -> Evidence:
+        """The one way in: the effects of `trials` (and `watches`) on the samples `rule` counts,
+        read up to `until` (Unix s).  The round, `explain`, the report and the lab all call it."""
+        bucket_seconds, min_bytes, include_app_limited = rule.bucket_seconds, rule.min_bytes, rule.include_app_limited
         bs = max(bucket_seconds, 1)
         keys = {t.key for t in trials} | {w.key for w in watches}
         first = min([t.since for t in trials] + [w.trial_since or w.since for w in watches], default=until)

@@ -53,126 +53,34 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from controller.ingest.columns import TCPINFO_TYPES, Prepared, StrColumn, prepare, to_insert_columns
+from controller.ingest.audit_rows import AuditRows
+from controller.ingest.columns import TCPINFO_TYPES, Prepared, prepare, to_insert_columns
+from controller.ingest.flush import FlushResult, Incoming, PreparedFlush
+from controller.ingest.ledger import Identity, Ledger
 from controller.ingest.metrics import IngestMetrics
 from controller.ingest.sequence import Fill, Gap, Key, SeenBatch, SequenceTracker, find_fills
 from controller.ingest.settings import IngestSettings
-from controller.ingest.shards import row_shards, rows_to_load, take_rows
+from controller.ingest.shards import row_shards, take_rows
+from controller.ingest.slices import slice_bounds, take_batches, value_errors
 from controller.store import Store, StoreContentError
 from controller.store.columns import BlockColumns
-from controller.store.sql import query
-from schemas.tcpinfo_columns import COLUMN_DTYPES, COLUMNS
-from schemas.tcpinfo_decode import MAX_PREFIX_LEN, BatchDecodeError, ScannedBatch, decode_all, scan_batch
+from schemas.tcpinfo_decode import BatchDecodeError, ScannedBatch, decode_all, scan_batch
 
 log = logging.getLogger("dyncc.ingest")
 
 TABLE = "tcpinfo"
-Identity = tuple[str, int, int]
 #: rows of one insert at most (whole batches; a larger batch goes alone): the `--slice-rows` default
 SLICE_ROWS: int = IngestSettings.defaults()["slice_rows"]
 #: rows of one Native block of a streamed insert at most (whole batches): the `--block-rows` default
 BLOCK_ROWS: int = IngestSettings.defaults()["block_rows"]
 
 
-@dataclass(slots=True)
-class Incoming:
-    """One message and where it came from (for dead letters)."""
-
-    value: bytes
-    topic: str = ""
-    partition: int = -1
-    offset: int = -1
-    scanned: ScannedBatch | None = None
-    error: str | None = None
-    # its rows were inserted by this writer (a slice of its group landed): a retry of the group
-    # counts it as already loaded without asking the ledger, and its bytes are let go
-    # (value and scanned.data are empty)
-    landed: bool = False
-
-    @property
-    def rows(self) -> int:
-        return self.scanned.rows if self.scanned is not None else 0
-
-    def release(self) -> None:
-        """Its rows landed: mark it and let go of its bytes (kept: header, offsets, row count)."""
-        self.landed = True
-        self.value = b""
-        if self.scanned is not None:
-            self.scanned.data = b""
-            self.scanned.columns = None
-
-
-@dataclass
-class FlushResult:
-    messages: int = 0
-    rows: int = 0
-    batches: int = 0
-    empty: int = 0
-    duplicates: int = 0
-    dead_letters: list[tuple[Incoming, str]] = field(default_factory=list)
-    gaps: list[Gap] = field(default_factory=list)
-    filled: int = 0  # batches loaded late, inside a recorded gap (that place of the gap is closed)
-    seconds: float = 0.0
-    prepare_seconds: float = 0.0
-    insert_seconds: float = 0.0
-
-    def summary(self) -> str:
-        missing = sum(g.missing for g in self.gaps)
-        return (
-            f"{self.messages} messages: {self.rows} rows in {self.batches} batches "
-            f"({self.empty} empty), {self.duplicates} already loaded, "
-            f"{len(self.dead_letters)} dead letters, {len(self.gaps)} gaps ({missing} batches missing), "
-            f"{self.filled} late batches filled gaps; "
-            f"prepare {self.prepare_seconds * 1000:.0f} ms, insert {self.insert_seconds * 1000:.0f} ms"
-        )
-
-    def add(self, other: FlushResult) -> None:
-        """Add `other`'s counts to this one (totals of several flushes)."""
-        self.messages += other.messages
-        self.rows += other.rows
-        self.batches += other.batches
-        self.empty += other.empty
-        self.duplicates += other.duplicates
-        self.dead_letters += other.dead_letters
-        self.gaps += other.gaps
-        self.filled += other.filled
-        self.seconds += other.seconds
-        self.prepare_seconds += other.prepare_seconds
-        self.insert_seconds += other.insert_seconds
-
-
-@dataclass
-class PreparedFlush:
-    """A flush whose look-ups and checks are done and whose store writes are not (BatchWriter.commit).
-
-    The rows are not decoded yet: insert() decodes them slice by slice.
-    """
-
-    result: FlushResult
-    empty: list[ScannedBatch] = field(default_factory=list)
-    updates: dict[Key, int] = field(default_factory=dict)
-    identities: set[Identity] = field(default_factory=set)  # the batches this flush loads
-    prepare_seconds: float = 0.0
-    # the non-empty batches to load, in order (insert() cuts them into slices)
-    loaded: list[tuple[Incoming, ScannedBatch]] = field(default_factory=list)
-    # batches inside a recorded gap, written once they are in the ledger (redelivered ones too)
-    fills: list[Fill] = field(default_factory=list)
-    behind: set[Identity] = field(default_factory=set)  # loaded batches older than their run's last
-    # a cluster: the shards whose ledger holds each batch of `loaded` (its rows there are not sent)
-    presence: dict[Identity, set[int]] = field(default_factory=dict)
-
-
 def _fill_identity(f: Fill) -> Identity:
     return (f.gap.host, f.gap.run_id, f.sequence)
-
-
-def _now() -> int:
-    return int(time.time())
 
 
 class BatchWriter:
@@ -201,6 +109,8 @@ class BatchWriter:
         self._counter = 0
         # native=False: the store's plain insert_columns (the driver's / chDB's own insert)
         self._native = native
+        self.ledger = Ledger(store, native)
+        self.audit = AuditRows(store, native)
         self._pool: ThreadPoolExecutor | None = None  # a cluster's per-shard inserts
 
     # ------------------------------------------------------------ public
@@ -246,10 +156,10 @@ class BatchWriter:
 
     def _dead_letter_alone(self, item: Incoming, reason: str) -> FlushResult:
         try:
-            self._insert_dead_letters([(item, reason)])
+            self.audit.dead_letters([(item, reason)])
         except StoreContentError as exc:  # not even its raw bytes are accepted: keep where and why
             bare = Incoming(b"", item.topic, item.partition, item.offset)
-            self._insert_dead_letters([(bare, f"{reason}; raw bytes not stored: {exc}")])
+            self.audit.dead_letters([(bare, f"{reason}; raw bytes not stored: {exc}")])
         result = FlushResult(messages=1, dead_letters=[(item, reason)])
         return self.settle(PreparedFlush(result))
 
@@ -282,7 +192,7 @@ class BatchWriter:
         # batches a slice of an earlier attempt of this flush landed: already loaded, as if the
         # ledger said so (it does), without asking it
         fresh = [(item, b) for item, b in unique if not item.landed]
-        presence = self._ledger_presence([b.identity for _, b in fresh])
+        presence = self.ledger.presence([b.identity for _, b in fresh])
         sharded = len(self.store.shard_stores()) > 1
         # one server: a batch in the ledger is skipped; a cluster: an empty one is, a batch with
         # rows is decoded and only its rows missing from their shards are sent (insert())
@@ -290,7 +200,7 @@ class BatchWriter:
         result.duplicates += len(unique) - len(todo)
         nonempty = [(item, b) for item, b in todo if b.rows]
         empty = [b for _, b in todo if not b.rows]
-        bad = _value_errors([b for _, b in nonempty])
+        bad = value_errors([b for _, b in nonempty])
         for index, reason in sorted(bad.items()):
             result.dead_letters.append((nonempty[index][0], reason))
         bad_ids = {nonempty[i][1].identity for i in bad}
@@ -309,7 +219,7 @@ class BatchWriter:
         for p in pending:
             overlay.update(p.updates)
         unknown = self.tracker.unknown(tracked) - overlay.keys()
-        baseline = self._ledger_max(unknown) if unknown else {}
+        baseline = self.ledger.last_sequences(unknown) if unknown else {}
         baseline.update(overlay)
         # `behind`: batches at or below their run's last sequence.  The late ones fill a recorded
         # gap; those already loaded are included, so a fill lost to a crash after their insert
@@ -339,7 +249,7 @@ class BatchWriter:
     def _fills(self, behind: list[SeenBatch], pending: Sequence[PreparedFlush]) -> list[Fill]:
         """The batches of `behind` inside a recorded gap: gaps in the store and of flushes in flight."""
         keys = {(b.host, b.run_id) for b in behind}
-        gaps = self._recorded_gaps(keys)
+        gaps = self.ledger.recorded_gaps(keys)
         for p in pending:
             gaps += [g for g in p.result.gaps if (g.host, g.run_id) in keys]
         return find_fills(behind, gaps)
@@ -362,15 +272,15 @@ class BatchWriter:
         t_insert = time.monotonic()
         result = prep.result
         if result.dead_letters:
-            self._insert_dead_letters(result.dead_letters)
+            self.audit.dead_letters(result.dead_letters)
         if result.gaps:
-            self._insert_gaps(result.gaps)
+            self.audit.gaps(result.gaps)
         if prep.empty:
-            self._insert_empty(prep.empty)
+            self.ledger.insert_empty(prep.empty)
         for lo, hi in slice_bounds([b.rows for _, b in prep.loaded], self.slice_rows):
             self._insert_slice(prep, prep.loaded[lo:hi])
         if prep.fills:  # after the rows: a fill says the batch is in the ledger
-            self._insert_fills(prep.fills)
+            self.audit.fills(prep.fills)
         result.filled = sum(1 for f in prep.fills if _fill_identity(f) in prep.identities)
         result.insert_seconds = time.monotonic() - t_insert
         return result
@@ -404,7 +314,7 @@ class BatchWriter:
         except StoreContentError as exc:  # find the batches responsible on the whole slice
             self._insert_slice_whole(prep, part, refused_with=exc)
             return
-        if bad:  # values _value_errors let through: the decoder is the authority (left out of the blocks)
+        if bad:  # values value_errors lets through: the decoder is the authority (left out of the blocks)
             self._refuse(prep, [(*part[i], part[i][1].rows, reason) for i, reason in sorted(bad.items())])
         for i, (item, _) in enumerate(part):
             if i not in bad:
@@ -423,7 +333,7 @@ class BatchWriter:
         """
         result = prep.result
         group, bad = decode_all([b for _, b in part])
-        if bad:  # values _value_errors let through: the decoder is the authority
+        if bad:  # values value_errors lets through: the decoder is the authority
             self._refuse(prep, [(*part[i], part[i][1].rows, reason) for i, reason in sorted(bad.items())])
             part = [x for i, x in enumerate(part) if i not in bad]
         if not part:
@@ -432,7 +342,7 @@ class BatchWriter:
         del group
         batch_rows = [b.rows for _, b in part]
         if prep.presence:  # a cluster: only the rows missing from their shards
-            columns, batch_rows = self._unloaded(columns, part, batch_rows, prep.presence)
+            columns, batch_rows = self.ledger.unloaded(columns, part, batch_rows, prep.presence)
             for (_, b), n in zip(part, batch_rows, strict=True):
                 result.rows -= b.rows - n
                 if not n:  # every shard has it already
@@ -481,8 +391,8 @@ class BatchWriter:
         )
         # a block refused after part of it was written (a failing view, another shard) may be
         # in the ledger: only rows not there yet are sent again
-        presence = self._ledger_presence([b.identity for _, b in loaded])
-        columns, batch_rows = self._unloaded(columns, loaded, batch_rows, presence)
+        presence = self.ledger.presence([b.identity for _, b in loaded])
+        columns, batch_rows = self.ledger.unloaded(columns, loaded, batch_rows, presence)
         offsets = np.concatenate([[0], np.cumsum(batch_rows)]).astype(np.int64)
         todo = [i for i, n in enumerate(batch_rows) if n]
         refused: dict[int, str] = {}
@@ -490,7 +400,7 @@ class BatchWriter:
         def land(idx: list[int], tried: bool, reason: str) -> None:
             if not tried:
                 try:
-                    self._insert_rows(*_take_rows(columns, offsets, idx))
+                    self._insert_rows(*take_batches(columns, offsets, idx))
                     return
                 except StoreContentError as e:
                     reason = str(e)
@@ -527,10 +437,10 @@ class BatchWriter:
                 gaps.append(Gap(h.host, int(h.run_id), h.pop, seq, seq, int(h.poll_start_ns // 1_000_000_000)))
         refused_ids = {b.identity for _, b, _, _ in refused}
         prep.fills = [f for f in prep.fills if _fill_identity(f) not in refused_ids]
-        self._insert_dead_letters(dead)
+        self.audit.dead_letters(dead)
         result.dead_letters += dead
         if gaps:
-            self._insert_gaps(gaps)
+            self.audit.gaps(gaps)
             result.gaps += gaps
 
     def settle(self, prep: PreparedFlush) -> FlushResult:
@@ -580,141 +490,6 @@ class BatchWriter:
     # statement of fixed size for any number of hosts (ClickHouse refuses statements
     # over max_query_size, 256 KiB), and the tuple IN uses the ledger's primary key.
 
-    def _ledger_presence(self, identities: list[Identity]) -> dict[Identity, set[int]]:
-        """The identities already in the ingest_batches ledger, with the shards whose ledger has them."""
-        if not identities:
-            return {}
-        data: dict[str, tuple[str, list[Any]]] = {
-            "host": ("String", [h for h, _, _ in identities]),
-            "run_id": ("UInt64", [r for _, r, _ in identities]),
-            "sequence": ("UInt64", [s for _, _, s in identities]),
-        }
-        wanted = set(identities)
-        presence: dict[Identity, set[int]] = {}
-        for index, shard in enumerate(self.store.shard_stores()):
-            for h, r, s in shard.query_rows_with(query("ingest_ledger_lookup"), data):
-                identity = (str(h), int(r), int(s))
-                if identity in wanted:
-                    presence.setdefault(identity, set()).add(index)
-        return presence
-
-    def _unloaded(
-        self,
-        columns: Prepared,
-        loaded: Sequence[tuple[Incoming, ScannedBatch]],
-        batch_rows: list[int],
-        presence: dict[Identity, set[int]],
-    ) -> tuple[Prepared, list[int]]:
-        """The rows of `columns` (batches `loaded`, `batch_rows` each) not yet in their shard's ledger."""
-        shards = len(self.store.shard_stores())
-        present = np.zeros((len(loaded), shards), dtype=bool)
-        for i, (_, b) in enumerate(loaded):
-            for s in presence.get(b.identity, ()):
-                present[i, s] = True
-        if not present.any():
-            return columns, batch_rows
-        row_batch = np.repeat(np.arange(len(loaded)), batch_rows)
-        keep = rows_to_load(row_batch, row_shards(columns, self.store.shard_weights()), present)
-        kept = np.bincount(row_batch[keep], minlength=len(loaded)).tolist()
-        return take_rows(columns, keep), [int(n) for n in kept]
-
-    @staticmethod
-    def _runs(keys: set[Key]) -> dict[str, tuple[str, list[Any]]]:
-        ordered = sorted(keys)
-        return {"host": ("String", [h for h, _ in ordered]), "run_id": ("UInt64", [r for _, r in ordered])}
-
-    def _ledger_max(self, keys: set[Key]) -> dict[Key, int]:
-        """The last sequence in the ledger per (host, run_id) of `keys` (absent: none loaded).
-
-        Read shard by shard from the replicas the rows go to (on a cluster a Distributed read
-        may reach a replica still fetching the last inserts, and see gaps that are not there).
-        """
-        out: dict[Key, int] = {}
-        for shard in self.store.shard_stores():
-            for h, r, s in shard.query_rows_with(query("ingest_ledger_last"), self._runs(keys)):
-                key = (str(h), int(r))
-                out[key] = max(out.get(key, 0), int(s))
-        return {k: v for k, v in out.items() if k in keys}
-
-    def _recorded_gaps(self, keys: set[Key]) -> list[Gap]:
-        """The gaps in ingest_sequence_gaps of the runs `keys` (filled or not)."""
-        rows = self.store.query_rows_with(query("ingest_gaps_of_runs"), self._runs(keys))
-        return [Gap(str(h), int(r), str(p), int(lo), int(hi), int(t)) for h, r, lo, hi, p, t in rows]
-
-    # ------------------------------------------------------------ writes
-
-    def _insert_dead_letters(self, dead: list[tuple[Incoming, str]]) -> None:
-        n = len(dead)
-        self._insert_small(
-            self.store,
-            "ingest_dead_letter",
-            {
-                "time": np.full(n, _now(), dtype=np.uint32),
-                "topic": np.array([i.topic for i, _ in dead], dtype=object),
-                "partition": np.array([i.partition for i, _ in dead], dtype=np.int32),
-                "offset": np.array([i.offset for i, _ in dead], dtype=np.int64),
-                "error": np.array([r for _, r in dead], dtype=object),
-                "raw": np.array([i.value for i, _ in dead] + [b""], dtype=object)[:n],
-            },
-        )
-
-    def _insert_gaps(self, gaps: list[Gap]) -> None:
-        n = len(gaps)
-        self._insert_small(
-            self.store,
-            "ingest_sequence_gaps",
-            {
-                "detected_at": np.full(n, _now(), dtype=np.uint32),
-                "time": np.array([g.time for g in gaps], dtype=np.uint32),
-                "pop": np.array([g.pop for g in gaps], dtype=object),
-                "host": np.array([g.host for g in gaps], dtype=object),
-                "run_id": np.array([g.run_id for g in gaps], dtype=np.uint64),
-                "from_sequence": np.array([g.from_sequence for g in gaps], dtype=np.uint64),
-                "to_sequence": np.array([g.to_sequence for g in gaps], dtype=np.uint64),
-                "missing": np.array([g.missing for g in gaps], dtype=np.uint64),
-            },
-        )
-
-    def _insert_fills(self, fills: list[Fill]) -> None:
-        n = len(fills)
-        self._insert_small(
-            self.store,
-            "ingest_gap_fills",
-            {
-                "filled_at": np.full(n, _now(), dtype=np.uint32),
-                "time": np.array([f.gap.time for f in fills], dtype=np.uint32),
-                "pop": np.array([f.gap.pop for f in fills], dtype=object),
-                "host": np.array([f.gap.host for f in fills], dtype=object),
-                "run_id": np.array([f.gap.run_id for f in fills], dtype=np.uint64),
-                "from_sequence": np.array([f.gap.from_sequence for f in fills], dtype=np.uint64),
-                "sequence": np.array([f.sequence for f in fills], dtype=np.uint64),
-            },
-        )
-
-    def _insert_empty(self, batches: list[ScannedBatch]) -> None:
-        n = len(batches)
-        # one ledger entry, on the first shard (a cluster's Distributed ledger reads every shard)
-        self._insert_small(
-            self.store.shard_stores()[0],
-            "ingest_batches",
-            {
-                "inserted_at": np.full(n, _now(), dtype=np.uint32),
-                "batch_time": np.array([b.header.poll_start_ns // 1_000_000_000 for b in batches], dtype=np.uint32),
-                "host": np.array([b.header.host for b in batches], dtype=object),
-                "run_id": np.array([b.header.run_id for b in batches], dtype=np.uint64),
-                "sequence": np.array([b.header.sequence for b in batches], dtype=np.uint64),
-                "rows": np.zeros(n, dtype=np.uint64),
-            },
-        )
-
-    def _insert_small(self, store: Store, table: str, columns: dict[str, np.ndarray]) -> None:
-        """A few rows of the loader's own tables: the Native insert (no pandas on a server's
-        connection: docs/performance.md), or with native=False the store's plain insert."""
-        if self._native:
-            store.bulk_insert(table, columns, len(next(iter(columns.values()))))
-        else:
-            store.insert_columns(table, columns)
-
     def _native_block(self, columns: Prepared, rows: int) -> Any:
         """Serialize the rows for the store's bulk insert now (on the preparing thread), if it can."""
         return self.store.prepare_block(columns, rows, TCPINFO_TYPES) if self._native else None
@@ -747,88 +522,3 @@ class BatchWriter:
             store.bulk_insert(TABLE, prepared, rows, block)
         else:
             store.insert_columns(TABLE, to_insert_columns(prepared))
-
-
-def slice_bounds(batch_rows: Sequence[int], limit: int) -> list[tuple[int, int]]:
-    """[lo, hi) ranges of consecutive batches with at most `limit` rows each, of about equal rows.
-
-    A batch of more than `limit` rows goes alone.  Pure.
-    """
-    total = sum(batch_rows)
-    if not batch_rows:
-        return []
-    if total <= limit:
-        return [(0, len(batch_rows))]
-    ends = np.cumsum(np.asarray(batch_rows, dtype=np.int64))
-    k = -(-total // limit)
-    while True:
-        # cut at the batch boundary nearest to each j * total / k
-        targets = np.arange(1, k, dtype=np.float64) * (total / k)
-        after = np.searchsorted(ends, targets)  # the batch holding each target
-        nearer_before = (after > 0) & (targets - np.where(after > 0, ends[after - 1], 0) <= ends[after] - targets)
-        cuts = np.unique(np.where(nearer_before, after, after + 1))
-        cuts = cuts[(cuts > 0) & (cuts < len(batch_rows))]
-        bounds = list(zip([0, *cuts.tolist()], [*cuts.tolist(), len(batch_rows)], strict=True))
-        starts = np.concatenate([[0], ends])
-        if all(starts[hi] - starts[lo] <= limit or hi - lo == 1 for lo, hi in bounds) or k >= len(batch_rows):
-            break
-        k += 1
-    return _split_over(bounds, starts, limit)
-
-
-def _split_over(bounds: list[tuple[int, int]], starts: np.ndarray, limit: int) -> list[tuple[int, int]]:
-    """`bounds` with every range over `limit` rows (of more than one batch) cut greedily."""
-    out: list[tuple[int, int]] = []
-    for lo, hi in bounds:
-        first = lo
-        for i in range(lo + 1, hi):
-            if starts[i + 1] - starts[first] > limit:
-                out.append((first, i))
-                first = i
-        out.append((first, hi))
-    return out
-
-
-_CC_INDEX, _PREFIX_LEN = "cc_index", "client_prefix_len"
-_CHECKED = [(COLUMNS.index(name), name, COLUMN_DTYPES[name]) for name in (_CC_INDEX, _PREFIX_LEN)]
-
-
-def _value_errors(batches: Sequence[ScannedBatch]) -> dict[int, str]:
-    """{index: reason} of the batches whose values decode_group refuses: cc_index, client_prefix_len.
-
-    Read from those two columns alone (the rows are decoded later, slice by slice), with the
-    decoder's reasons; decode_all on each slice stays the authority (insert(): what it still
-    refuses is dead-lettered there).
-    """
-    bad: dict[int, str] = {}
-    for i, b in enumerate(batches):
-        if not b.rows:
-            continue
-        top: dict[str, int] = {}
-        for k, name, dtype in _CHECKED:
-            if b.spans is None:
-                values = b.columns[name] if b.columns is not None else None
-            else:
-                start, end = (int(x) for x in b.spans[k])
-                fits = end - start == b.rows * dtype.itemsize
-                values = np.frombuffer(b.data, dtype=dtype, count=b.rows, offset=start) if fits else None
-            if values is None or not len(values):
-                break  # the decoder reports it
-            top[name] = int(values.max())
-        else:
-            names = len(b.header.cc_names)
-            if top[_CC_INDEX] >= names:
-                bad[i] = f"cc_index {top[_CC_INDEX]} outside cc_names ({names} names)"
-            elif top[_PREFIX_LEN] > MAX_PREFIX_LEN:
-                bad[i] = f"client_prefix_len {top[_PREFIX_LEN]} > {MAX_PREFIX_LEN}"
-    return bad
-
-
-def _take_rows(columns: Prepared, offsets: np.ndarray, batches: list[int]) -> tuple[Prepared, int]:
-    """The rows of some batches (indexes into the batches whose rows `columns` holds, in order)."""
-    rows = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in batches])
-    out: Prepared = {
-        name: StrColumn(col.codes[rows], col.values) if isinstance(col, StrColumn) else col[rows]
-        for name, col in columns.items()
-    }
-    return out, int(rows.shape[0])

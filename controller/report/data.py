@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from controller.evidence.load import Evidence, recorded_bucket, stored_trials
+from controller.evidence.load import Evidence, SampleRule, recorded_bucket, stored_trials
 from controller.evidence.settings import EvidenceSettings
 from controller.report import trials as report_trials
 from controller.report.asn import AsnTable, map_prefixes
@@ -329,7 +329,7 @@ def load_trials(
         params = {"pop": pop, "start": window.start, "end": window.end}
         for p, x, decision, _ in store.query_rows_with(query("report_trial_state"), table, params):
             latest[(_text(p), _text(x))] = _text(decision)
-    ev = Evidence.load(store, cfg, trials, bucket, end, min_bytes, include_app_limited)
+    ev = Evidence.for_window(store, cfg, SampleRule(bucket, min_bytes, include_app_limited), trials, end)
     return report_trials.TrialData(
         cfg, bucket, bucket_from, ev, trials, latest, kept_before, include_app_limited, min_bytes
     )

@@ -25,13 +25,14 @@ from dyncc_common.errors import DynccError
 from dyncc_common.files import atomic_write
 from dyncc_common.kafka_log import KafkaLog
 from dyncc_common.kafka_security import KafkaSecurityError, probe
+from dyncc_common.names import POP_NAME_BODY
 from schemas.congestion_pb2 import CongestionConfig
 from schemas.wire import CANARY_SUFFIX
 from schemas.wire import config_key as config_key  # the contract's key, published under by the engine
 
 log = logging.getLogger("dyncc.publish")
 
-_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}(" + re.escape(CANARY_SUFFIX) + r")?$")
+_KEY = re.compile(rf"^{POP_NAME_BODY}({re.escape(CANARY_SUFFIX)})?$")
 
 
 class PublishError(DynccError):

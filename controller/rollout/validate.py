@@ -46,20 +46,18 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from controller.rollout.generate import diff_entries
 from controller.rollout.settings import RolloutSettings, parse_deny
+from dyncc_common.names import POP_NAME
 from schemas.congestion_pb2 import CongestionConfig, PrefixEntry
 from schemas.prefix_rules import BUILTIN_DENY, RangeSet, shape_problem
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 __all__ = ["BUILTIN_DENY", "ValidationPolicy", "prefix_problem", "refusal", "validate"]
-
-POP_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 MAX_EXAMPLES = 5  # per reason code; the rest are counted
 

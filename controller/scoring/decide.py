@@ -81,7 +81,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
-    "EXPIRE_SECONDS_DEFAULT",
     "HOLDOUT",
     "KEEP",
     "ON_BBR",
@@ -100,8 +99,6 @@ __all__ = [
     "weakest_first",
     "with_pinned_rows",
 ]
-
-EXPIRE_SECONDS_DEFAULT = 7 * 86400
 
 
 @dataclass(frozen=True)
@@ -127,7 +124,6 @@ def decide(
     previous: pd.DataFrame,
     now: int,
     cfg: ScoringSettings,
-    expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
     refuse: Callable[[str], str | None] | None = None,
     evidence: EvidenceSettings | None = None,
     trial_effects: Mapping[tuple[str, str], Effect] | None = None,
@@ -155,7 +151,7 @@ def decide(
         previous = with_pinned_rows(previous, scores, pins)
     n, cols, scored = joined_columns(scores, previous)
     r = stage.Rows(n, cols, scored, now, cfg, pop_bounds(cols["pop"]))
-    c = stage.candidates(r, expire_seconds)
+    c = stage.candidates(r, cfg.expire_seconds)
     pin_algo, pin_text = stage.pin_lookup(r, pins)
     s = stage.deny_and_pin(r, c.candidate, pin_algo, refuse)
     h = stage.holdouts(r, c, s)

@@ -25,9 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from controller.evidence.load import Evidence, stored_trials
+from controller.evidence.load import Evidence, SampleRule, stored_trials
 from controller.evidence.settings import EvidenceSettings
-from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT
 from controller.scoring.pins import load_pins, pin_reason
 from controller.scoring.query import prefix_timeline, refresh, window_for
 from controller.scoring.round import run_round
@@ -54,7 +53,6 @@ class ExplainWith:
 
     scoring: ScoringSettings
     evidence: EvidenceSettings | None = None
-    expire_seconds: int = EXPIRE_SECONDS_DEFAULT
     source: str = COMMAND_LINE
 
 
@@ -86,7 +84,7 @@ def choose_settings(
         # e.g. a finished lab's round (its lookback is minutes): the window at `now` holds none of its data
         at = recorded.round_time.replace(microsecond=0) + dt.timedelta(seconds=recorded.round_time.microsecond > 0)
         source += f" (older than the window: --at {at:%Y-%m-%dT%H:%M:%SZ} explains it in its own)"
-    return ExplainWith(recorded.scoring, recorded.evidence, recorded.expire_seconds, source)
+    return ExplainWith(recorded.scoring, recorded.evidence, source)
 
 
 def check_prefix(text: str) -> str:
@@ -164,10 +162,9 @@ def explain(
     now: dt.datetime,
     refuse: Callable[[str], str | None] | None = None,
     evidence: EvidenceSettings | None = None,
-    expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
     settings_from: str = COMMAND_LINE,
 ) -> str:
-    """The explanation text for one (pop, prefix) at `now` (refuse, evidence, expire_seconds: as
+    """The explanation text for one (pop, prefix) at `now` (refuse, evidence: as
     for run_round; `settings_from`: where the settings came from, printed).  ConfigError when the store
     has nothing of the prefix (require_known_prefix)."""
     prefix = mapped_to_ipv4(prefix)  # an IPv4 client on IPv6 sockets is its IPv4 prefix
@@ -185,9 +182,7 @@ def explain(
         f"POP's {cfg.threshold_quantile:.0%} percentile of prefix medians in that bucket",
         "",
     ]
-    result = run_round(
-        store, cfg, now, pop=pop, dry_run=True, expire_seconds=expire_seconds, refuse=refuse, evidence=evidence
-    )
+    result = run_round(store, cfg, now, pop=pop, dry_run=True, refuse=refuse, evidence=evidence)
     keys = refresh(store, cfg, window, pop, result.round_time_ns)
     timeline = prefix_timeline(store, cfg, window, pop, prefix, keys)
     out.extend(format_timeline(timeline, window.start, window.buckets, cfg.bucket_seconds))
@@ -229,7 +224,7 @@ def trial_lines(
     if not trials:
         return ["trials: none"]
     until = max(t.end for t in trials)
-    ev = Evidence.load(store, evidence, trials, cfg.bucket_seconds, until, cfg.min_bytes, cfg.include_app_limited)
+    ev = Evidence.for_window(store, evidence, SampleRule.of(cfg), trials, until)
     out = [f"trials ({int(evidence.level * 100)}% intervals, bbr vs cubic buckets of this prefix):"]
     for t in trials:
         d, g = ev.effect(t), ev.effect(t, "goodput")

@@ -27,11 +27,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from controller.evidence.load import Evidence, Trial, Watch
+from controller.evidence.load import Evidence, SampleRule, Trial, Watch
 from controller.evidence.model import BBR, CUBIC, Effect
 from controller.evidence.settings import EvidenceSettings
 from controller.scoring.decide import (
-    EXPIRE_SECONDS_DEFAULT,
     KEEP,
     PIN,
     SELECT,
@@ -153,10 +152,7 @@ def round_effects(
         Watch(str(pops[j]), str(prefixes[j]), int(selected[j]) or int(since[j]), int(since[j]))
         for j in watched.tolist()
     ]
-    ev = Evidence.load(
-        store, evidence, trials, cfg.bucket_seconds, until, cfg.min_bytes, cfg.include_app_limited,
-        with_goodput=False, watches=watches,
-    )  # fmt: skip
+    ev = Evidence.for_window(store, evidence, SampleRule.of(cfg), trials, until, with_goodput=False, watches=watches)
     return {t.key: ev.effect(t) for t in trials}, dict(ev.watch_effects)
 
 
@@ -196,7 +192,6 @@ def run_round(
     now: dt.datetime,
     pop: str = "",
     dry_run: bool = False,
-    expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
     publishing: bool = False,
     refuse: Callable[[str], str | None] | None = None,
     evidence: EvidenceSettings | None = None,
@@ -218,7 +213,7 @@ def run_round(
     memo: the state this process's last round wrote (a long-running controller keeps one):
     the previous state comes from it when its rounds are the ones in force, and it keeps this
     round's once written (controller/scoring/state.py StateMemo).
-    Not a dry run: the selections rows, a round_settings row (cfg, evidence, expire_seconds)
+    Not a dry run: the selections rows, a round_settings row (cfg, evidence)
     and a `recorded` round_outcomes row per POP are written.  The scoring_cache cache is
     refreshed even in a dry run (derived data).
     """
@@ -244,7 +239,6 @@ def run_round(
         previous,
         epoch_seconds(now),
         cfg,
-        expire_seconds,
         refuse=refuse,
         evidence=evidence,
         trial_effects=effects,
@@ -263,7 +257,7 @@ def run_round(
             memo.remember(decisions, round_id)
         if written:
             pops = texts(decisions["pop"])
-            write_round_settings(store, pops, round_id, round_time_ns, cfg, evidence, expire_seconds)
+            write_round_settings(store, pops, round_id, round_time_ns, cfg, evidence)
             log_deny_changes(store, pop, now, deny)
             per_pop = Counter(p for p, _ in pins)
             write_round_controls(store, pops, round_id, round_time_ns, deny, cfg.max_per_pop, per_pop)

@@ -67,7 +67,6 @@ class RecordedSettings:
     round_time: dt.datetime  # aware, UTC
     scoring: ScoringSettings
     evidence: EvidenceSettings | None  # None: the round ran without trials
-    expire_seconds: int
 
 
 def _setting_fields(cls: type[Settings]) -> list[str]:
@@ -102,7 +101,6 @@ def write_round_settings(
     round_time_ns: int,
     cfg: ScoringSettings,
     evidence: EvidenceSettings | None,
-    expire_seconds: int,
 ) -> int:
     """One round_settings row per POP of the round; returns the rows written."""
     names = sorted({str(p) for p in pops})
@@ -122,7 +120,7 @@ def write_round_settings(
             "pop": names,
             "bucket_seconds": same(cfg.bucket_seconds, "uint32"),
             "lookback_seconds": same(cfg.lookback_seconds, "uint32"),
-            "expire_seconds": same(expire_seconds, "uint32"),
+            "expire_seconds": same(cfg.expire_seconds, "uint32"),
             "scoring": [settings_json(cfg)] * n,
             "evidence": [settings_json(evidence) if evidence is not None else ""] * n,
             "dyncc_version": [dyncc_version()] * n,
@@ -211,9 +209,9 @@ def recorded_settings(store: Store, pop: str, round_id: str) -> RecordedSettings
     return RecordedSettings(
         round_id=round_id,
         round_time=_from_ns(int(round_ns)),
-        scoring=settings_from_json(ScoringSettings, _text(scoring)),
+        # the expiry has its own column (rounds from before it was a scoring setting have it only there)
+        scoring=dataclasses.replace(settings_from_json(ScoringSettings, _text(scoring)), expire_seconds=int(expire)),
         evidence=settings_from_json(EvidenceSettings, evidence_text) if evidence_text else None,
-        expire_seconds=int(expire),
     )
 
 

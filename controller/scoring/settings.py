@@ -92,6 +92,10 @@ class ScoringSettings(Settings):
         100, INT, "max new selections per POP and round", section=DECISIONS, flag="--max-new"
     )
     algorithm: str = setting("bbr", STR, "congestion control of selected prefixes", section=DECISIONS)
+    expire_seconds: int = setting(
+        "7d", DURATION, "release prefixes not seen for this long", section=DECISIONS, flag="--expire",
+        convert=_seconds,
+    )  # fmt: skip
     holdout_salt: str = dataclasses.field(default="dyncc-holdout-v1", init=False)  # not a setting
 
     @property

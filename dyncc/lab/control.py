@@ -29,7 +29,7 @@ from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringSettings
 from controller.store import Store
 from dyncc.lab.agent import LabAgent
 from dyncc.lab.loop import LabOptions, threshold_for
-from dyncc.lab.model import DAY_BUCKETS, ControlOutcome, PrefixScore
+from dyncc.lab.model import ControlOutcome, PrefixScore
 from dyncc.lab.topology import Topology
 from dyncc_common.errors import DynccError
 from dyncc_common.kafka_security import KafkaSecurity, librdkafka_options
@@ -37,7 +37,6 @@ from schemas.congestion_pb2 import CongestionConfig
 
 log = logging.getLogger("dyncc.lab")
 
-EXPIRE_BUCKETS = 7 * DAY_BUCKETS  # scoring's 7-day expiry, in buckets
 # The canary's p10 over its changed prefixes in windows of a few lab rounds moves by tens of
 # percent between rounds on its own, and a wave that moves deep-buffer prefixes to BBR loses
 # about half of it there (BBR keeps too little in flight while a busy uplink holds their ACKs:
@@ -136,7 +135,6 @@ class LabControl:
                 scoring=self.scoring,
                 evidence=self.evidence,
                 rollout=self.rollout_settings(),
-                expire_seconds=EXPIRE_BUCKETS * self.scoring.bucket_seconds,
                 every=float(self.scoring.bucket_seconds),
                 delay=0.0,
             )

@@ -121,6 +121,7 @@ class Replayed:
     result: Any
     meta: dict[str, Any]
     record: Any  # dyncc.lab.run.RunRecord
+    evidence: EvidenceSettings  # the replay's rounds' (open loop): the summary and the report use them too
 
 
 def _replay_into(recording: Path, workdir: Path, database: str) -> Replayed:
@@ -157,9 +158,9 @@ def _replay_into(recording: Path, workdir: Path, database: str) -> Replayed:
         why = f"no {exc}" if isinstance(exc, KeyError) else str(exc)
         raise ConfigError(f"recording {recording}: bad metadata ({why}); a fleet-lab recording is needed") from exc
     store = open_lab_store(_chdb_url(workdir, database))
+    evidence = lab_scoring.evidence_settings(open_loop=True)
     control = LabControl(
-        store, scoring=scoring, workdir=workdir / database, hosts=hosts, staged=False,
-        evidence=lab_scoring.evidence_settings(open_loop=True),
+        store, scoring=scoring, workdir=workdir / database, hosts=hosts, staged=False, evidence=evidence
     )  # fmt: skip
     result = replay(store, records, meta, control, access_logs=logs, workdir=workdir / database)
     ends = result.dilation.boundaries()
@@ -170,8 +171,9 @@ def _replay_into(recording: Path, workdir: Path, database: str) -> Replayed:
         rounds=[RoundView(k + 1, ends[k], outcome) for k, outcome in enumerate(result.rounds)],
         new_sockets=[result.new_sockets.get(k, {}) for k in range(len(result.rounds))],
         bucket_s=REAL_BUCKET,
+        scoring=scoring,
     )
-    return Replayed(store, result, meta, record)
+    return Replayed(store, result, meta, record, evidence)
 
 
 def _asn_file(workdir: Path, meta: dict[str, Any]) -> Path:
@@ -214,7 +216,7 @@ def _replay_demo(recording: Path, workdir: Path, report_path: Path) -> int:
         "(replay: no edge routes are touched; staged rollout needs live agents, so configs go POP-wide)"
     )
     # the replay's rounds cannot make the recorded edges run what they ask: open-loop evidence
-    evidence = EvidenceSettings().for_replay()
+    evidence = replayed.evidence
     summary = summarize_run(replayed.record, headline, replayed.store, evidence)
     asn = _asn_file(workdir, replayed.meta)
     return finish(summary, replayed.store, _chdb_url(workdir, "dyncc_demo"), report_path, asn, evidence=evidence)

@@ -10,6 +10,7 @@ from controller.scoring.settings import ROLLUP_BUCKET_SECONDS, ScoringSettings
 from dyncc.lab.settings import LabSettings
 
 DAY_BUCKETS = 24 * 3600 // ROLLUP_BUCKET_SECONDS  # one day, in 5-minute buckets
+EXPIRE_BUCKETS = 7 * DAY_BUCKETS  # scoring's 7-day expiry, in buckets
 
 
 @dataclass(frozen=True)
@@ -67,4 +68,5 @@ class LabScoring:
             min_hold_seconds=self.min_hold_buckets * bucket_seconds,
             cooldown_seconds=self.cooldown_buckets * bucket_seconds,
             max_new_per_round=self.max_new,
+            expire_seconds=EXPIRE_BUCKETS * bucket_seconds,
         )

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from controller.evidence.load import Evidence, recorded_bucket, stored_trials
+from controller.evidence.load import Evidence, SampleRule, recorded_bucket, stored_trials
 from controller.evidence.settings import EvidenceSettings
 from controller.evidence.summary import KEEP, REVERT, RUNNING, headline_lines, latest
 from controller.rollout import records as rollout_records
-from controller.scoring.settings import ROLLUP_MIN_BYTES
+from controller.scoring.settings import ScoringSettings
 from controller.store import Store, open_store
 from controller.store.migrate import apply_migrations
 from dyncc.lab.control import make_control_factory
@@ -51,6 +51,7 @@ class RunRecord:
     rounds: list[RoundView]
     new_sockets: list[dict[str, Counter[str]]]  # per round: prefix -> cc -> new sockets
     bucket_s: int
+    scoring: ScoringSettings | None = None  # the rounds' scoring (its sample rule); None: the defaults
 
 
 @dataclass
@@ -125,7 +126,7 @@ def _share(pair: tuple[int, int]) -> str:
     return f"{bbr}/{total} ({bbr / total * 100:.0f}%)" if total else "no new sockets"
 
 
-def live_record(result: LabResult) -> RunRecord:
+def live_record(result: LabResult, scoring: ScoringSettings | None = None) -> RunRecord:
     """The run as the summary reads it; the ground-truth references are the lab's, not the
     controller's: they are left out of the classes."""
     topo = result.topology
@@ -142,6 +143,7 @@ def live_record(result: LabResult) -> RunRecord:
         rounds,
         [r.new_sockets for r in result.rounds],
         bucket or 1,
+        scoring,
     )
 
 
@@ -155,7 +157,8 @@ def summarize(result: LabResult, store: Store | None = None, opts: LabOptions | 
         + (f", stopped by {result.stopped_by}" if result.stopped_by else "")
     )
     evidence = opts.scoring.evidence_settings() if opts is not None else EvidenceSettings()
-    summary = summarize_run(live_record(result), headline, store, evidence)
+    scoring = opts.scoring.scoring_settings(opts.round_seconds) if opts is not None else None
+    summary = summarize_run(live_record(result, scoring), headline, store, evidence)
     summary.result = result
     summary.polling = polling_line(result)
     if store is not None and opts is not None and opts.references:
@@ -189,10 +192,8 @@ def _truth(store: Store, result: LabResult, opts: LabOptions, cfg: EvidenceSetti
     scoring = opts.scoring.scoring_settings(opts.round_seconds)
     until = int(result.rounds[-1].round_time.timestamp())
     try:
-        effects = truth_effects(
-            store, cfg, result.references, result.reference_schedule, opts.round_seconds, until,
-            scoring.min_bytes, scoring.include_app_limited,
-        )  # fmt: skip
+        rule = SampleRule.of(scoring)
+        effects = truth_effects(store, cfg, rule, result.references, result.reference_schedule, until)
     except Exception as exc:  # the summary must not fail the run
         log.warning("lab summary: ground truth not computed: %s", exc)
         return [f"ground truth: not computed ({str(exc)[:100]})"]
@@ -252,13 +253,19 @@ def evidence_bucket(store: Store, run: RunRecord) -> int:
     return recorded
 
 
+def summary_rule(store: Store, run: RunRecord) -> SampleRule:
+    """The samples the summary counts: the run's rounds' own rule (their min bytes and app-limited
+    setting) on the bucket they recorded (evidence_bucket)."""
+    return SampleRule.of(run.scoring or ScoringSettings(), bucket_seconds=evidence_bucket(store, run))
+
+
 def _evidence(store: Store, summary: LabSummary, run: RunRecord, cfg: EvidenceSettings) -> None:
     """Per class and overall: the trials' pooled effects, from the stored samples and decisions
     (controller/evidence: the same figures as the report and the controller's own decisions)."""
     last = run.rounds[-1].end_s
     try:
         trials = stored_trials(store, dt.datetime.fromtimestamp(last + 1, dt.UTC))
-        ev = Evidence.load(store, cfg, trials, evidence_bucket(store, run), last, ROLLUP_MIN_BYTES)
+        ev = Evidence.for_window(store, cfg, summary_rule(store, run), trials, last)
     except Exception as exc:  # the summary must not fail the run
         log.warning("lab summary: effects not computed: %s", exc)
         return

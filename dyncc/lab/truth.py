@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controller.evidence.load import arm_cells, pop_control_cells
+from controller.evidence.load import SampleRule, arm_cells, pop_control_cells
 from controller.evidence.model import BBR, CUBIC, Effect, none, pooled
 from controller.evidence.switchback import series_of, trial_effect
 from dyncc.lab.topology import CLASSES, EdgeHost, Topology, TopologyError, run_cmd
@@ -160,15 +160,14 @@ class ReferenceRoutes:
 def truth_effects(
     store: Store,
     cfg: EvidenceSettings,
+    rule: SampleRule,
     refs: Sequence[Reference],
     schedule: Mapping[tuple[str, str], Mapping[int, str]],
-    bucket_seconds: int,
     until: int,
-    min_bytes: int,
-    include_app_limited: bool,
 ) -> dict[str, Effect]:
-    """Per class: the references' effects (the lab's schedule as the asked arms) pooled; classes
-    without a reference are absent."""
+    """Per class: the references' effects (the lab's schedule as the asked arms, the samples `rule`
+    counts: the rounds' own) pooled; classes without a reference are absent."""
+    bucket_seconds, min_bytes, include_app_limited = rule.bucket_seconds, rule.min_bytes, rule.include_app_limited
     starts = [min(schedule.get((r.pop, r.prefix), {}) or [until]) for r in refs]
     if not refs:
         return {}

@@ -4,6 +4,7 @@ the deny list, besides the scores and states of tests/controller/scoring/test_de
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,6 @@ class Case:
 
     def kwargs(self) -> dict[str, Any]:
         return {
-            "expire_seconds": self.expire,
             "refuse": self.refuse,
             "evidence": self.evidence,
             "trial_effects": self.trial_effects,
@@ -89,11 +89,12 @@ def full_case(seed: int) -> Case:
         min_hold_seconds=int(rng.choice([0, HOUR, 24 * HOUR])),
         revert_margin=cfg.revert_margin,
     )
+    expire = int(rng.choice([HOUR, 7 * 86400]))
     return Case(
         scores,
         state,
-        cfg,
-        int(rng.choice([HOUR, 7 * 86400])),
+        dataclasses.replace(cfg, expire_seconds=expire),  # decide reads it there; the oracle takes it apart
+        expire,
         refuse_some if seed % 3 else None,
         evidence,
         trial_effects,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from controller.scoring.decide import EXPIRE_SECONDS_DEFAULT, STATE_COLUMNS, empty_state
+from controller.scoring.decide import STATE_COLUMNS, empty_state
 from controller.scoring.settings import ScoringSettings
 from controller.store.decisions import HOLDOUT, KEEP, REVERT, SELECT, SKIP
 from controller.store.decisions import ON_BBR_FOR_GOOD as ON_BBR
@@ -92,7 +92,7 @@ def reference_decide(
     previous: pd.DataFrame,
     now: int,
     cfg: ScoringSettings,
-    expire_seconds: int = EXPIRE_SECONDS_DEFAULT,
+    expire_seconds: int = 7 * 86400,
     refuse: Callable[[str], str | None] | None = None,
 ) -> pd.DataFrame:
     """Decisions for every scored or stateful prefix; see the module docstring.

@@ -68,11 +68,12 @@ def test_explain_uses_the_settings_the_deciding_round_recorded(
     assert (str(pop), int(bucket), int(lookback), int(expire)) == (POP, 300, 7200, 2 * 86400)
     values = json.loads(str(scoring))
     assert values["min_samples"] == 2 and values["min_buckets"] == 6 and values["holdout_fraction"] == 0.0
+    assert values["expire_seconds"] == 2 * 86400  # a scoring setting, also in its own column
     assert "holdout_salt" not in values  # not a setting
     assert json.loads(str(evidence))["trial_blocks"] == 0 and str(version) == dyncc_version()
     assert deciding_round(store, POP, SPARSE, dt.datetime(2024, 3, 1, 12, 1, tzinfo=dt.UTC)) is not None
     recorded = recorded_settings(store, POP, str(round_id))
-    assert recorded is not None and recorded.scoring.min_buckets == 6 and recorded.expire_seconds == 2 * 86400
+    assert recorded is not None and recorded.scoring.min_buckets == 6 and recorded.scoring.expire_seconds == 2 * 86400
     assert recorded.evidence == EvidenceSettings(trial_blocks=0)
 
     # no option given: the round's settings, and the output says so

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from controller.evidence.load import Evidence, stored_trials
+from controller.evidence.load import Evidence, SampleRule, stored_trials
 from controller.scoring.round import run_round
 from controller.store import Store
 from tests.support.trial_timeline import CFG, EV, HELPED, HURT, T0, B, insert_bucket, trial_bucket
@@ -44,7 +44,7 @@ def test_trials_keep_the_helped_revert_the_hurt_and_store_the_models_effect(stor
     end = dt.datetime.fromtimestamp(T0 + 30 * B, dt.UTC)
     trials = {t.prefix: t for t in stored_trials(store, end)}
     assert trials[HELPED].outcome == "keep" and trials[HURT].outcome == "revert"
-    ev = Evidence.load(store, EV, list(trials.values()), B, T0 + 30 * B, CFG.min_bytes, with_goodput=False)
+    ev = Evidence.for_window(store, EV, SampleRule.of(CFG, B), list(trials.values()), T0 + 30 * B, with_goodput=False)
     for prefix, (_, estimate, low, high) in decided.items():
         e = ev.effect(trials[prefix])
         assert (e.estimate, e.low, e.high) == (estimate, low, high)  # the same numbers, exactly

@@ -8,7 +8,7 @@ import datetime as dt
 import html
 import re
 
-from controller.evidence.load import Evidence, stored_trials
+from controller.evidence.load import Evidence, SampleRule, stored_trials
 from controller.evidence.settings import EvidenceSettings
 from controller.evidence.summary import headline_lines
 from controller.report import write_report
@@ -51,7 +51,7 @@ def test_lab_summary_report_and_explain_print_the_same_figures(store: Store, tmp
     # explain: each trial's figure is the effect model's for that trial
     cfg = ScoringSettings(bucket_seconds=rs.TRIAL_ROUND_S, lookback_seconds=8 * rs.TRIAL_ROUND_S, min_buckets=4)
     trials = stored_trials(store, synth.end)
-    ev = Evidence.load(store, EvidenceSettings(), trials, rs.TRIAL_ROUND_S, _unix(synth.end), cfg.min_bytes)
+    ev = Evidence.for_window(store, EvidenceSettings(), SampleRule.of(cfg), trials, _unix(synth.end))
     for t in trials[:4]:
         text = "\n".join(trial_lines(store, cfg, EvidenceSettings(), t.pop, t.prefix, synth.end.replace(tzinfo=dt.UTC)))
         assert f"p10 delivery rate {ev.effect(t).text()}" in text

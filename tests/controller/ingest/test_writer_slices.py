@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from controller.ingest.writer import BatchWriter, Incoming, slice_bounds
+from controller.ingest.slices import slice_bounds
+from controller.ingest.writer import BatchWriter, Incoming
 from controller.store import Store, StoreUnavailable
 from tests.support.ingest_once import assert_loaded_once
 from tests.support.ingest_synth import synth_messages

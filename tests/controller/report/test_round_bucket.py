@@ -20,7 +20,7 @@ def record(store: Store, rounds: list[dt.datetime], bucket: int, pops: tuple[str
     cfg = ScoringSettings(bucket_seconds=bucket, lookback_seconds=bucket * 8, min_buckets=4)
     for t in rounds:
         ns = int(t.replace(tzinfo=dt.UTC).timestamp()) * 1_000_000_000
-        write_round_settings(store, pops, f"r{t:%H%M%S}", ns, cfg, EvidenceSettings(), 7 * 86400)
+        write_round_settings(store, pops, f"r{t:%H%M%S}", ns, cfg, EvidenceSettings())
 
 
 def test_the_report_takes_the_recorded_bucket(store: Store) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from controller.evidence import summary as evidence_summary
-from controller.evidence.load import Evidence, Trial, stored_trials
+from controller.evidence.load import Evidence, SampleRule, Trial, stored_trials
 from controller.evidence.model import summary_line
 from controller.evidence.settings import EvidenceSettings
 from controller.report import data as report_data
@@ -57,7 +57,9 @@ def test_headline_equals_the_effect_model(store: Store, tmp_path):
     # (all of them ran in this window), buckets of the rounds' spacing, the report's min bytes
     trials = stored_trials(store, synth.end)
     assert len(trials) == len(synth.kind) == 2 * 8
-    ev = Evidence.load(store, EvidenceSettings(), trials, rs.TRIAL_ROUND_S, unix(synth.end), report_data.MIN_BYTES)
+    ev = Evidence.for_window(
+        store, EvidenceSettings(), SampleRule(rs.TRIAL_ROUND_S, report_data.MIN_BYTES), trials, unix(synth.end)
+    )
     expected = evidence_summary.headline_lines(ev)
     head = headline_html(page)
     shown = [html.unescape(p) for p in re.findall(r"<p>(.*?)</p>", head)]

@@ -4,6 +4,7 @@ state only, prefixes in min hold, holdouts, cooldowns, caps, refusals, expiry, u
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -138,7 +139,7 @@ def test_new_decide_equals_reference(seed: int) -> None:
     refuse = refuse_some if seed % 3 == 0 else None
     expire = int(np.random.default_rng(seed).choice([HOUR, 7 * 86400]))
     ref = reference_decide(scores, state, NOW, cfg, expire, refuse=refuse)
-    new = decide(scores, state, NOW, cfg, expire, refuse=refuse)
+    new = decide(scores, state, NOW, dataclasses.replace(cfg, expire_seconds=expire), refuse=refuse)
     assert_same_within_cap(new, ref, cfg)
 
 

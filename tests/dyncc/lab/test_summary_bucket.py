@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+from controller.evidence.load import SampleRule
 from controller.evidence.settings import EvidenceSettings
 from controller.report import data as report_data
 from controller.scoring.round_settings import write_round_settings
@@ -15,7 +16,7 @@ from controller.store import Store
 from dyncc.lab.control import LabControl
 from dyncc.lab.model import ControlOutcome
 from dyncc.lab.outcomes import RoundView
-from dyncc.lab.run import RunRecord, evidence_bucket
+from dyncc.lab.run import RunRecord, evidence_bucket, summary_rule
 from tests.support import scoring_synth as synth
 
 T0 = dt.datetime(2024, 3, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -33,11 +34,22 @@ def test_the_summary_reads_the_recorded_bucket_as_the_report_does(store: Store) 
     cfg = ScoringSettings(bucket_seconds=20, lookback_seconds=160, min_buckets=4)
     for t in rounds:
         ns = int(t.timestamp()) * 1_000_000_000
-        write_round_settings(store, ["lab-a"], f"r{t:%H%M%S}", ns, cfg, EvidenceSettings(), 7 * 86400)
+        write_round_settings(store, ["lab-a"], f"r{t:%H%M%S}", ns, cfg, EvidenceSettings())
     assert evidence_bucket(store, run) == 20
     naive = [t.replace(tzinfo=None) for t in rounds]
     window = report_data.Window(naive[0], naive[-1] + dt.timedelta(seconds=1))
     assert report_data.round_bucket(store, "", window) == (20, report_data.RECORDED_BUCKET)
+
+
+def test_the_summary_counts_the_samples_the_rounds_counted(store: Store) -> None:
+    """The effect model's sample rule is the rounds' scoring (min bytes, app-limited), not a constant."""
+    rounds = [T0 + dt.timedelta(seconds=20 * k) for k in range(3)]
+    scoring = ScoringSettings(bucket_seconds=20, lookback_seconds=160, min_bytes=5000, include_app_limited=True)
+    run = run_record(rounds, bucket_s=20)
+    assert summary_rule(store, run) == SampleRule(20, ScoringSettings().min_bytes, False)  # no scoring: defaults
+    run = RunRecord({}, {}, {}, run.rounds, run.new_sockets, bucket_s=20, scoring=scoring)
+    assert summary_rule(store, run) == SampleRule(20, 5000, True)
+    assert SampleRule.of(scoring, bucket_seconds=15) == SampleRule(15, 5000, True)
 
 
 def test_the_lab_controller_records_its_round_length(store: Store, tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.evidence.load import Evidence, asked_arms, stored_trials
+from controller.evidence.load import Evidence, SampleRule, asked_arms, stored_trials
 from controller.evidence.model import BBR, CUBIC
 from controller.evidence.summary import RUNNING
 from controller.rollout import records as rs
@@ -180,7 +180,7 @@ def test_trials_alternate_through_the_staged_rollout_over_kafka(clickhouse_db_ur
     realized, bbr_hosts = _realized(store, cfg.purity, cfg.min_arm_samples)
     trials = stored_trials(store, dt.datetime.fromtimestamp(last_round + 1, dt.UTC))
     assert trials and {(t.pop, t.prefix, t.since) for t in trials} == set(asked), (trials, sorted(asked))
-    evidence = Evidence.load(store, cfg, trials, bs, last_round, ROLLUP_MIN_BYTES)
+    evidence = Evidence.for_window(store, cfg, SampleRule(bs, ROLLUP_MIN_BYTES), trials, last_round)
     waves = [
         f"{(int(ns) // 10**9 - first_round) // bs + 1:>3} {_text(event)}: {_text(why)[:100]}"
         for ns, event, why in store.query_rows(WAVES_SQL)

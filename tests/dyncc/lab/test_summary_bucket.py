@@ -44,7 +44,9 @@ def test_the_summary_reads_the_recorded_bucket_as_the_report_does(store: Store) 
 def test_the_summary_counts_the_samples_the_rounds_counted(store: Store) -> None:
     """The effect model's sample rule is the rounds' scoring (min bytes, app-limited), not a constant."""
     rounds = [T0 + dt.timedelta(seconds=20 * k) for k in range(3)]
-    scoring = ScoringSettings(bucket_seconds=20, lookback_seconds=160, min_bytes=5000, include_app_limited=True)
+    scoring = ScoringSettings(
+        bucket_seconds=20, lookback_seconds=160, min_buckets=4, min_bytes=5000, include_app_limited=True
+    )
     run = run_record(rounds, bucket_s=20)
     assert summary_rule(store, run) == SampleRule(20, ScoringSettings().min_bytes, False)  # no scoring: defaults
     run = RunRecord({}, {}, {}, run.rounds, run.new_sockets, bucket_s=20, scoring=scoring)
